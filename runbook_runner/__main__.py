@@ -1,0 +1,3 @@
+from runbook_runner.cli import main
+
+raise SystemExit(main())

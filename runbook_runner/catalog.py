@@ -1,0 +1,58 @@
+"""Where runbooks are found: --runbooks DIR, $RUNBOOK_PATH, ./runbooks, or the bundled set."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from runbook_runner.errors import RunbookRunnerError
+
+
+class UnknownRunbook(RunbookRunnerError):
+    pass
+
+
+def bundled_dir() -> Path:
+    return Path(str(resources.files("runbook_runner").joinpath("runbooks")))
+
+
+def search_path(option: str | None, environ: dict[str, str] | os._Environ[str]) -> list[Path]:
+    """The folders to look in, first match wins."""
+    if option:
+        return [Path(option)]
+    if environ.get("RUNBOOK_PATH"):
+        return [Path(p) for p in environ["RUNBOOK_PATH"].split(os.pathsep) if p]
+    local = Path("runbooks")
+    if local.is_dir():
+        return [local]
+    return [bundled_dir()]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    folders: tuple[Path, ...]
+
+    def paths(self) -> dict[str, Path]:
+        """Runbook name -> file, the first folder winning on equal names."""
+        found: dict[str, Path] = {}
+        for folder in self.folders:
+            for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+                found.setdefault(path.stem, path)
+        return found
+
+    def find(self, name_or_path: str) -> Path:
+        """A runbook by name, or a path to a YAML file."""
+        candidate = Path(name_or_path)
+        if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
+            return candidate
+        paths = self.paths()
+        if name_or_path in paths:
+            return paths[name_or_path]
+        where = ", ".join(str(f) for f in self.folders)
+        known = ", ".join(paths) or "none"
+        raise UnknownRunbook(
+            f"no runbook named {name_or_path!r} in {where} (available: {known}); "
+            "see 'runbook list' or pass --runbooks DIR"
+        )

@@ -1,0 +1,262 @@
+"""Pure checks: (check, observed state, parameters) -> results.
+
+Each result says what was expected, what was found, and one line a tired
+person understands: ``GPU 0: memory.used 96,413 MiB, expected <= 1,024 MiB``.
+A value the host did not report fails its check as "not reported", never as
+a crash or as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runbook_runner import expr
+from runbook_runner.observe import PARSERS
+from runbook_runner.observe.state import Unavailable, field_label, field_names
+from runbook_runner.runbook import Check, Expression, Runbook
+
+State = Mapping[str, Any]  # observation name -> record, tuple of records, or Unavailable
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    expected: str
+    found: str
+    message: str
+    failing: tuple[Any, ...] = ()  # the items that fail, for steps that act per item
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "expected": self.expected,
+            "found": self.found,
+            "message": self.message,
+        }
+
+
+class _Unavailable(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def format_number(value: Any, unit: str = "") -> str:
+    """``96413`` -> ``96,413 MiB``; bytes in GiB; floats without noise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value) if isinstance(value, str) else str(value)
+    if unit == "bytes":
+        return format_bytes(value)
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{text} {unit}".rstrip() if unit else text
+
+
+def format_bytes(value: float) -> str:
+    if abs(value) >= 1024**3:
+        return f"{value / 1024**3:,.1f} GiB"
+    if abs(value) >= 1024**2:
+        return f"{value / 1024**2:,.1f} MiB"
+    return f"{value:,.0f} bytes"
+
+
+class _Context:
+    """Name resolution for one check, optionally on one item of a list."""
+
+    def __init__(self, runbook: Runbook, state: State, params: Mapping[str, Any], item: Any = None):
+        self.runbook, self.state, self.params, self.item = runbook, state, params, item
+
+    def observed(self, name: str) -> Any:
+        value = self.state.get(name)
+        if isinstance(value, Unavailable):
+            raise _Unavailable(value.reason)
+        if value is None:
+            raise _Unavailable(f"{name} was not observed")
+        return value
+
+    def resolve(self, name: str) -> Any:
+        if self.item is not None and name in field_names(type(self.item)):
+            return getattr(self.item, name)
+        head, _, field = name.partition(".")
+        if field:
+            return getattr(self.observed(head), field)
+        if name in self.runbook.observations:
+            return self.observed(name)
+        return self.params[name]
+
+    def unit_and_label(self, node: expr.Node) -> tuple[str, str] | None:
+        """The label and unit of a bare field reference, for messages."""
+        if not isinstance(node, expr.Name):
+            return None
+        head, _, field = node.path.partition(".")
+        if self.item is not None and not field and head in field_names(type(self.item)):
+            return field_label(type(self.item), head)
+        if field and head in self.runbook.observations:
+            return field_label(self.runbook.observations[head].record_type, field)
+        return None
+
+    def tool(self, name: str) -> str:
+        head = name.split(".")[0]
+        if self.item is not None and head in field_names(type(self.item)):
+            for observation in self.runbook.observations.values():
+                if observation.record_type is type(self.item):
+                    return PARSERS[observation.parser].tool
+        observation = self.runbook.observations.get(head)
+        return PARSERS[observation.parser].tool if observation else "the host"
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    ok: bool
+    found: str
+    expected: str
+    message: str
+
+
+def _judge(expression: Expression, context: _Context, subject: str) -> _Verdict:
+    """Evaluate one expression and explain the outcome."""
+    tree = expression.tree
+    try:
+        ok = expr.evaluate(tree, context.resolve)
+    except expr.MissingValue as missing:
+        label = context.unit_and_label(expr.Name(0, 0, missing.name))
+        what = label[0] if label else missing.name
+        found = f"{what} not reported by {context.tool(missing.name)}"
+        return _Verdict(False, found, expression.source, f"{subject}: {found}")
+    except expr.EvalError as error:
+        return _Verdict(
+            False, str(error), expression.source, f"{subject}: cannot evaluate: {error}"
+        )
+    if not isinstance(ok, bool):
+        return _Verdict(
+            False, repr(ok), "true", f"{subject}: {expression.source} is not a condition"
+        )
+    if isinstance(tree, expr.Binary) and tree.op in {"<", "<=", ">", ">=", "==", "!="}:
+        return _explain_comparison(tree, expression, context, subject, ok)
+    found = "true" if ok else "false"
+    return _Verdict(ok, found, expression.source, f"{subject}: {expression.source} is {found}")
+
+
+def _explain_comparison(
+    tree: expr.Binary, expression: Expression, context: _Context, subject: str, ok: bool
+) -> _Verdict:
+    left = expr.evaluate(tree.left, context.resolve)
+    right = expr.evaluate(tree.right, context.resolve)
+    label_unit = context.unit_and_label(tree.left)
+    label, unit = label_unit or (expr.source_of(tree.left, expression.source), "")
+    found = f"{label} {format_number(left, unit)}"
+    expected = f"{tree.op} {format_number(right, unit)}"
+    if not isinstance(tree.right, expr.Literal):
+        expected += f" ({expr.source_of(tree.right, expression.source)})"
+    return _Verdict(ok, found, expected, f"{subject}: {found}, expected {expected}")
+
+
+def evaluate_check(
+    check: Check, runbook: Runbook, state: State, params: Mapping[str, Any]
+) -> CheckResult:
+    """Judge one check against observed state."""
+    context = _Context(runbook, state, params)
+    try:
+        if check.every is not None:
+            return _every(check, runbook, context.observed(check.every), state, params)
+        if check.none is not None:
+            return _none(check, runbook, context.observed(check.none), state, params)
+    except _Unavailable as missing:
+        return CheckResult(
+            check.name,
+            False,
+            check.description,
+            missing.reason,
+            f"{check.description}: cannot tell: {missing.reason}",
+        )
+    assert check.expect is not None
+    subject = _subject_of(check, runbook)
+    try:
+        verdict = _judge(check.expect, context, subject)
+    except _Unavailable as missing:
+        return CheckResult(
+            check.name,
+            False,
+            check.expect.source,
+            missing.reason,
+            f"{subject}: cannot tell: {missing.reason}",
+        )
+    return CheckResult(check.name, verdict.ok, verdict.expected, verdict.found, verdict.message)
+
+
+def _subject_of(check: Check, runbook: Runbook) -> str:
+    """What a scalar check talks about: 'host memory' for memory.*, else its description."""
+    assert check.expect is not None
+    heads = {n.path.split(".")[0] for n in expr.names(check.expect.tree) if "." in n.path}
+    if len(heads) == 1:
+        observation = runbook.observations[heads.pop()]
+        return str(observation.record_type().describe())
+    return check.description
+
+
+def _every(
+    check: Check, runbook: Runbook, items: Any, state: State, params: Mapping[str, Any]
+) -> CheckResult:
+    assert check.expect is not None
+    failing, messages, found = [], [], []
+    for item in items:
+        verdict = _judge(check.expect, _Context(runbook, state, params, item), item.describe())
+        found.append(f"{item.describe()}: {verdict.found}")
+        if not verdict.ok:
+            failing.append(item)
+            messages.append(verdict.message)
+    expected = f"every {check.every}: {check.expect.source}"
+    if not items:
+        return CheckResult(
+            check.name,
+            True,
+            expected,
+            f"no {check.every}",
+            f"{check.description}: nothing to check",
+        )
+    if failing:
+        return CheckResult(
+            check.name, False, expected, "; ".join(found), "; ".join(messages), tuple(failing)
+        )
+    return CheckResult(
+        check.name,
+        True,
+        expected,
+        "; ".join(found),
+        f"{check.description}: ok ({len(items)} checked)",
+    )
+
+
+def _none(
+    check: Check, runbook: Runbook, items: Any, state: State, params: Mapping[str, Any]
+) -> CheckResult:
+    matching = []
+    for item in items:
+        if check.where is None:
+            matching.append(item)
+            continue
+        verdict = _judge(check.where, _Context(runbook, state, params, item), item.describe())
+        if verdict.ok:
+            matching.append(item)
+    condition = f" where {check.where.source}" if check.where else ""
+    expected = f"no {check.none}{condition}"
+    if not matching:
+        return CheckResult(
+            check.name, True, expected, f"none of {len(items)}", f"{check.description}: ok"
+        )
+    found = ", ".join(item.describe() for item in matching)
+    message = f"{found}: expected none ({check.description})"
+    return CheckResult(check.name, False, expected, found, message, tuple(matching))
+
+
+def evaluate_checks(
+    names: Iterable[str], runbook: Runbook, state: State, params: Mapping[str, Any]
+) -> list[CheckResult]:
+    return [evaluate_check(runbook.checks[name], runbook, state, params) for name in names]
+
+
+def all_ok(results: Iterable[CheckResult]) -> bool:
+    return all(result.ok for result in results)

@@ -1,0 +1,367 @@
+"""A small, safe expression language for checks and thresholds.
+
+    memory_used_mib <= idle_mib
+    memory.available_bytes >= tp_size * hicache_size_gb * 1e9 + headroom_bytes
+    count(gpus) == expected_gpus and not persistence_mode == 'Disabled'
+
+Numbers, strings, true/false, names (``a`` or ``a.b``), ``+ - * / // %``,
+comparisons, ``and or not``, parentheses, and the functions ``count``,
+``min``, ``max`` and ``abs``. Parsed once at load time into a tree and
+evaluated by walking it: there is no ``eval`` and no attribute access.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from runbook_runner.errors import RunbookRunnerError
+
+
+class ExprError(RunbookRunnerError):
+    """An expression that does not parse; ``offset`` points into its text."""
+
+    def __init__(self, message: str, offset: int = 0) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class EvalError(RunbookRunnerError):
+    """An expression that parsed but cannot be computed on this state."""
+
+
+class MissingValue(EvalError):
+    """A name whose value the host did not report."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name} not reported")
+        self.name = name
+
+
+FUNCTIONS: dict[str, tuple[int, int]] = {
+    "count": (1, 1),
+    "min": (2, 8),
+    "max": (2, 8),
+    "abs": (1, 1),
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Literal(Node):
+    value: Any
+
+
+@dataclass(frozen=True)
+class Name(Node):
+    path: str
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    function: str
+    args: tuple[Node, ...]
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<number>\d[\d_]*(?:\.\d+)?(?:[eE][-+]?\d+)?)
+      | (?P<string>'[^'\n]*'|"[^"\n]*")
+      | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+      | (?P<op><=|>=|==|!=|//|[-+*/%<>(),])
+    )""",
+    re.VERBOSE,
+)
+_KEYWORDS = {"and", "or", "not", "true", "false"}
+_COMPARISONS = {"<", "<=", ">", ">=", "==", "!="}
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str
+    text: str
+    start: int
+    end: int
+
+
+def _tokens(source: str) -> list[_Token]:
+    tokens = []
+    position = 0
+    while position < len(source):
+        if not source[position:].strip():
+            break
+        match = _TOKEN.match(source, position)
+        if match is None or match.end() == position:
+            offset = position + len(source[position:]) - len(source[position:].lstrip())
+            raise ExprError(f"unexpected character {source[offset]!r}", offset)
+        kind = match.lastgroup or ""
+        text, start = match.group(kind), match.start(kind)
+        if kind == "name" and text in _KEYWORDS:
+            kind = "keyword"
+        tokens.append(_Token(kind, text, start, match.end()))
+        position = match.end()
+    tokens.append(_Token("end", "", len(source), len(source)))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.tokens = _tokens(source)
+        self.at = 0
+
+    def peek(self) -> _Token:
+        return self.tokens[self.at]
+
+    def take(self) -> _Token:
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def expect(self, text: str) -> _Token:
+        token = self.take()
+        if token.text != text:
+            raise ExprError(
+                f"expected {text!r}, found {token.text or 'end of expression'!r}", token.start
+            )
+        return token
+
+    def parse(self) -> Node:
+        node = self.or_()
+        token = self.peek()
+        if token.kind != "end":
+            raise ExprError(f"unexpected {token.text!r}", token.start)
+        return node
+
+    def _binary_level(self, ops: set[str], below: Callable[[], Node]) -> Node:
+        left = below()
+        while self.peek().text in ops and self.peek().kind in {"op", "keyword"}:
+            op = self.take().text
+            right = below()
+            left = Binary(left.start, right.end, op, left, right)
+        return left
+
+    def or_(self) -> Node:
+        return self._binary_level({"or"}, self.and_)
+
+    def and_(self) -> Node:
+        return self._binary_level({"and"}, self.not_)
+
+    def not_(self) -> Node:
+        if self.peek().text == "not" and self.peek().kind == "keyword":
+            start = self.take().start
+            operand = self.not_()
+            return Unary(start, operand.end, "not", operand)
+        return self.compare()
+
+    def compare(self) -> Node:
+        left = self.sum_()
+        if self.peek().text in _COMPARISONS:
+            op = self.take().text
+            right = self.sum_()
+            if self.peek().text in _COMPARISONS:
+                raise ExprError(
+                    "chained comparisons are not supported; use 'and'", self.peek().start
+                )
+            return Binary(left.start, right.end, op, left, right)
+        return left
+
+    def sum_(self) -> Node:
+        return self._binary_level({"+", "-"}, self.product)
+
+    def product(self) -> Node:
+        return self._binary_level({"*", "/", "//", "%"}, self.unary)
+
+    def unary(self) -> Node:
+        if self.peek().text in {"-", "+"}:
+            token = self.take()
+            operand = self.unary()
+            return Unary(token.start, operand.end, token.text, operand)
+        return self.atom()
+
+    def atom(self) -> Node:
+        token = self.take()
+        if token.kind == "number":
+            text = token.text.replace("_", "")
+            value: Any = float(text) if any(c in text for c in ".eE") else int(text)
+            return Literal(token.start, token.end, value)
+        if token.kind == "string":
+            return Literal(token.start, token.end, token.text[1:-1])
+        if token.kind == "keyword" and token.text in {"true", "false"}:
+            return Literal(token.start, token.end, token.text == "true")
+        if token.kind == "name":
+            if self.peek().text == "(":
+                return self.call(token)
+            return Name(token.start, token.end, token.text)
+        if token.text == "(":
+            inner = self.or_()
+            close = self.expect(")")
+            return _respan(inner, token.start, close.end)
+        found = token.text or "end of expression"
+        raise ExprError(f"expected a value, found {found!r}", token.start)
+
+    def call(self, name: _Token) -> Node:
+        if name.text not in FUNCTIONS:
+            known = ", ".join(sorted(FUNCTIONS))
+            raise ExprError(f"unknown function {name.text!r} (known: {known})", name.start)
+        self.expect("(")
+        args = [self.or_()]
+        while self.peek().text == ",":
+            self.take()
+            args.append(self.or_())
+        close = self.expect(")")
+        low, high = FUNCTIONS[name.text]
+        if not low <= len(args) <= high:
+            raise ExprError(f"{name.text}() takes {low}..{high} arguments", name.start)
+        if name.text == "count" and not isinstance(args[0], Name):
+            raise ExprError("count() takes the name of a list observation", args[0].start)
+        return Call(name.start, close.end, name.text, tuple(args))
+
+
+def _respan(node: Node, start: int, end: int) -> Node:
+    fields = {k: getattr(node, k) for k in node.__dataclass_fields__}
+    fields.update(start=start, end=end)
+    return type(node)(**fields)
+
+
+def parse(source: str) -> Node:
+    """Parse an expression; raises :class:`ExprError` with an offset."""
+    if not source.strip():
+        raise ExprError("empty expression")
+    return _Parser(source).parse()
+
+
+def names(node: Node) -> Iterator[Name]:
+    """Every name the expression reads (``count(x)`` reads ``x`` as a list)."""
+    if isinstance(node, Name):
+        yield node
+    elif isinstance(node, Unary):
+        yield from names(node.operand)
+    elif isinstance(node, Binary):
+        yield from names(node.left)
+        yield from names(node.right)
+    elif isinstance(node, Call):
+        for arg in node.args:
+            yield from names(arg)
+
+
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+}
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+Resolver = Callable[[str], Any]
+
+
+def evaluate(node: Node, resolve: Resolver) -> Any:
+    """Compute the expression; ``resolve`` maps a name to its value.
+
+    A ``None`` value raises :class:`MissingValue`: a check on a value the host
+    did not report must fail as such, not compare as if it were zero.
+    """
+    if isinstance(node, Literal):
+        return node.value
+    if isinstance(node, Name):
+        value = resolve(node.path)
+        if value is None:
+            raise MissingValue(node.path)
+        return value
+    if isinstance(node, Unary):
+        operand = evaluate(node.operand, resolve)
+        if node.op == "not":
+            return not _truth(operand)
+        _need_number(operand, node.op)
+        return -operand if node.op == "-" else operand
+    if isinstance(node, Call):
+        return _call(node, resolve)
+    assert isinstance(node, Binary)
+    if node.op in {"and", "or"}:
+        left = _truth(evaluate(node.left, resolve))
+        if (node.op == "and" and not left) or (node.op == "or" and left):
+            return left
+        return _truth(evaluate(node.right, resolve))
+    left, right = evaluate(node.left, resolve), evaluate(node.right, resolve)
+    if node.op in _COMPARE:
+        if node.op not in {"==", "!="}:
+            _need_same_kind(left, right, node.op)
+        return _COMPARE[node.op](left, right)
+    _need_number(left, node.op)
+    _need_number(right, node.op)
+    try:
+        return _ARITHMETIC[node.op](left, right)
+    except ZeroDivisionError:
+        raise EvalError("division by zero") from None
+
+
+def _call(node: Call, resolve: Resolver) -> Any:
+    if node.function == "count":
+        assert isinstance(node.args[0], Name)
+        items = resolve(node.args[0].path)
+        if not isinstance(items, (list, tuple)):
+            raise EvalError(f"count() needs a list, {node.args[0].path} is not one")
+        return len(items)
+    values = [evaluate(arg, resolve) for arg in node.args]
+    for value in values:
+        _need_number(value, node.function + "()")
+    if node.function == "abs":
+        return abs(values[0])
+    return min(values) if node.function == "min" else max(values)
+
+
+def _truth(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise EvalError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _need_number(value: Any, op: str) -> None:
+    if not _is_number(value):
+        raise EvalError(f"{op} needs numbers, got {value!r}")
+
+
+def _need_same_kind(left: Any, right: Any, op: str) -> None:
+    if not (
+        (_is_number(left) and _is_number(right))
+        or (isinstance(left, str) and isinstance(right, str))
+    ):
+        raise EvalError(f"cannot compare {left!r} {op} {right!r}")
+
+
+def source_of(node: Node, source: str) -> str:
+    return source[node.start : node.end]

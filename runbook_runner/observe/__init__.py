@@ -1,0 +1,62 @@
+"""Pure parsers: command output in, typed state out. No I/O happens here.
+
+:data:`PARSERS` names each parser a runbook may use, with the record type it
+produces and whether it produces a list of records or a single one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runbook_runner.observe import free, nvidia_smi, ps
+from runbook_runner.observe.state import Gpu, GpuProcess, HostProcess, Memory, TextLine
+
+
+@dataclass(frozen=True)
+class Parser:
+    record_type: type
+    is_list: bool
+    parse: Callable[[str, int, str], Any]  # (stdout, exit status, command) -> state
+    description: str
+    tool: str  # what reports the values, for "not reported by nvidia-smi"
+
+
+def _gpus(text: str, status: int, command: str) -> Any:
+    query = nvidia_smi.query_from_command(command)
+    return nvidia_smi.parse_gpus(text, query.fields if query else None, status)
+
+
+def _gpu_processes(text: str, status: int, command: str) -> Any:
+    query = nvidia_smi.query_from_command(command)
+    return nvidia_smi.parse_compute_apps(text, query.fields if query else None, status)
+
+
+def _free(text: str, status: int, command: str) -> Any:
+    return free.parse_free(text, free.units_from_command(command))
+
+
+def _processes(text: str, status: int, command: str) -> Any:
+    return ps.parse_ps(text)
+
+
+def _lines(text: str, status: int, command: str) -> Any:
+    return tuple(TextLine(line.rstrip("\r")) for line in text.split("\n") if line.strip())
+
+
+PARSERS: dict[str, Parser] = {
+    "gpus": Parser(Gpu, True, _gpus, "nvidia-smi --query-gpu=... --format=csv", "nvidia-smi"),
+    "gpu-processes": Parser(
+        GpuProcess,
+        True,
+        _gpu_processes,
+        "nvidia-smi --query-compute-apps=... --format=csv",
+        "nvidia-smi",
+    ),
+    "free": Parser(
+        Memory, False, _free, "free (procps-ng, procps, BusyBox), any unit flag", "free"
+    ),
+    "processes": Parser(HostProcess, True, _processes, "ps -eo pid,stat,args", "ps"),
+    "lines": Parser(TextLine, True, _lines, "one item per non-empty line", "the command"),
+}

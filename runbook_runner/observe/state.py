@@ -1,0 +1,116 @@
+"""Typed host state: what the parsers produce and the checks read.
+
+Every value a host may fail to report is ``None``. Field metadata gives the
+label and unit that check messages use (``memory.used 96,413 MiB``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(label: str, unit: str = "") -> Any:
+    return field(default=None, metadata={"label": label, "unit": unit})
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as ``nvidia-smi --query-gpu`` reports it."""
+
+    index: int | None = _f("index")
+    name: str | None = _f("name")
+    uuid: str | None = _f("uuid")
+    pci_bus_id: str | None = _f("pci.bus_id")
+    memory_used_mib: int | None = _f("memory.used", "MiB")
+    memory_total_mib: int | None = _f("memory.total", "MiB")
+    memory_free_mib: int | None = _f("memory.free", "MiB")
+    utilization_gpu_pct: float | None = _f("utilization.gpu", "%")
+    temperature_c: float | None = _f("temperature.gpu", "°C")
+    persistence_mode: str | None = _f("persistence_mode")
+
+    def describe(self) -> str:
+        return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process as ``nvidia-smi --query-compute-apps`` reports it."""
+
+    pid: int | None = _f("pid")
+    process_name: str | None = _f("process_name")
+    used_memory_mib: int | None = _f("used_gpu_memory", "MiB")
+    gpu_uuid: str | None = _f("gpu_uuid")
+    gpu_bus_id: str | None = _f("gpu_bus_id")
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({self.process_name or '?'})"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Host memory as ``free`` reports it, always in bytes."""
+
+    total_bytes: int | None = _f("total", "bytes")
+    used_bytes: int | None = _f("used", "bytes")
+    free_bytes: int | None = _f("free", "bytes")
+    shared_bytes: int | None = _f("shared", "bytes")
+    buff_cache_bytes: int | None = _f("buff/cache", "bytes")
+    available_bytes: int | None = _f("available", "bytes")
+    swap_total_bytes: int | None = _f("swap total", "bytes")
+    swap_used_bytes: int | None = _f("swap used", "bytes")
+    swap_free_bytes: int | None = _f("swap free", "bytes")
+
+    def describe(self) -> str:
+        return "host memory"
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """One line of ``ps -eo pid,stat,args``."""
+
+    pid: int | None = _f("pid")
+    state: str | None = _f("state")  # the first letter of STAT: R S D Z T I ...
+    stat: str | None = _f("stat")  # STAT as printed, state and flags ("Dl", "Z+")
+    command: str | None = _f("command")
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({self.command or '?'})"
+
+
+@dataclass(frozen=True)
+class TextLine:
+    """One non-empty line of a command's output (kernel messages, holders...)."""
+
+    text: str | None = _f("text")
+
+    def describe(self) -> str:
+        return repr(self.text)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """An observation that produced no state: the command or its parser failed."""
+
+    reason: str
+    condition: str = "failed"
+
+
+Record = Gpu | GpuProcess | Memory | HostProcess | TextLine
+
+
+def field_names(record_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(record_type))
+
+
+def field_label(record_type: type, name: str) -> tuple[str, str]:
+    """The (label, unit) pair of one field, for messages."""
+    for f in dataclasses.fields(record_type):
+        if f.name == name:
+            return f.metadata.get("label", name), f.metadata.get("unit", "")
+    return name, ""
+
+
+def to_json(record: Record) -> dict[str, Any]:
+    return dataclasses.asdict(record)

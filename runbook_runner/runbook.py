@@ -1,0 +1,371 @@
+"""The runbook model and its loader.
+
+Loading validates the whole file before anything runs and reports every
+error as ``runbooks/NAME.yaml:LINE:COL: path.to.field: message``: YAML syntax,
+duplicate keys, the JSON Schema (unknown keys, types, required fields), then
+the meaning (undefined names, expressions, placeholders, a name that is not
+the file name).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from runbook_runner import expr, schema, yamlsource
+from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.observe import PARSERS
+from runbook_runner.semantics import check_meaning, value_problem
+from runbook_runner.template import Template
+from runbook_runner.yamlsource import Problem
+
+
+class RunbookInvalid(RunbookRunnerError):
+    """A runbook file with errors; ``lines`` are ready to print."""
+
+    def __init__(self, filename: str, problems: list[Problem]) -> None:
+        self.filename = filename
+        self.problems = sorted(problems)
+        self.lines = [p.format(filename) for p in self.problems]
+        super().__init__("\n".join(self.lines))
+
+
+@dataclass(frozen=True)
+class Expression:
+    source: str
+    tree: expr.Node
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str
+    description: str
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] = ()
+    pattern: str | None = None
+    secret: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+
+@dataclass(frozen=True)
+class Observation:
+    name: str
+    command: Template
+    parser: str
+    description: str = ""
+    timeout: float = 30.0
+    root: bool = False
+
+    @property
+    def record_type(self) -> type:
+        return PARSERS[self.parser].record_type
+
+    @property
+    def is_list(self) -> bool:
+        return PARSERS[self.parser].is_list
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    description: str
+    every: str | None = None
+    none: str | None = None
+    expect: Expression | None = None
+    where: Expression | None = None
+    hint: str = ""
+
+    @property
+    def over(self) -> str | None:
+        """The list observation this check quantifies over, if any."""
+        return self.every or self.none
+
+    def observations(self) -> set[str]:
+        """The observations this check reads."""
+        used = {self.over} if self.over else set()
+        for expression in (self.expect, self.where):
+            if expression is not None:
+                used |= {n.path.split(".")[0] for n in expr.names(expression.tree)}
+        return used
+
+
+@dataclass(frozen=True)
+class Wait:
+    until: tuple[str, ...]
+    timeout: float
+    interval: float = 5.0
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    title: str
+    why: str = ""
+    run: Template | None = None
+    destructive: bool = False
+    affects: str | None = None
+    root: bool = False
+    timeout: float = 60.0
+    ok_exit: tuple[int, ...] = (0,)
+    skip_if: tuple[str, ...] = ()
+    wait: Wait | None = None
+    for_each_failing: str | None = None
+    on_failure: str = "stop"
+
+
+BLAST_RADIUS = ("none", "process", "service", "gpu", "node")
+
+
+@dataclass(frozen=True)
+class Runbook:
+    name: str
+    title: str
+    summary: str
+    parameters: Mapping[str, Parameter]
+    observations: Mapping[str, Observation]
+    checks: Mapping[str, Check]
+    goal: tuple[str, ...]
+    steps: tuple[Step, ...]
+    when: str = ""
+    docs: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    path: str = ""
+    sha256: str = ""
+
+    @property
+    def destructive(self) -> bool:
+        return any(step.destructive for step in self.steps)
+
+    @property
+    def blast_radius(self) -> str:
+        """The most a run can affect, from its destructive steps."""
+        touched = [s.affects or "process" for s in self.steps if s.destructive]
+        return max(touched, key=BLAST_RADIUS.index, default="none")
+
+    def step(self, step_id: str) -> Step:
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+
+def display_name(path: Path) -> str:
+    """The path as the user would type it: relative to the working folder if inside it."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def load(path: Path) -> Runbook:
+    """Load and fully validate a runbook file; raises :class:`RunbookInvalid`."""
+    filename = display_name(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise RunbookInvalid(
+            filename, [_problem((), f"cannot read the file: {error.strerror}")]
+        ) from None
+    return loads(raw, filename, stem=path.stem)
+
+
+def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RunbookInvalid(
+            filename, [_problem((), f"not UTF-8 text (byte {error.start})")]
+        ) from None
+    source, problems = yamlsource.load(text)
+    if source.data is not None and not isinstance(source.data, dict):
+        problems.append(_problem((), "a runbook is a mapping of keys (name, title, steps, ...)"))
+    if problems:
+        raise RunbookInvalid(filename, problems)
+    problems = schema.validate(source)
+    problems += check_meaning(source, stem)
+    if problems:
+        raise RunbookInvalid(filename, problems)
+    runbook = _build(source.data)
+    return _with_origin(runbook, filename, hashlib.sha256(raw).hexdigest())
+
+
+def _problem(path: yamlsource.Path, message: str) -> Problem:
+    return Problem(yamlsource.Mark(1, 1), path, message)
+
+
+def _with_origin(runbook: Runbook, filename: str, digest: str) -> Runbook:
+    return replace(runbook, path=filename, sha256=digest)
+
+
+def _checks_ref(value: Any) -> tuple[str, ...]:
+    return ("goal",) if value == "goal" else tuple(value or ())
+
+
+def _expression(text: str | None) -> Expression | None:
+    return None if text is None else Expression(text, expr.parse(text))
+
+
+def _build(data: dict[str, Any]) -> Runbook:
+    """Dataclasses from a document that already passed validation."""
+    goal = tuple(data["goal"])
+
+    def expand(names: tuple[str, ...]) -> tuple[str, ...]:
+        return goal if names == ("goal",) else names
+
+    parameters = {
+        name: Parameter(
+            name=name,
+            type=spec["type"],
+            description=spec["description"],
+            default=spec.get("default"),
+            min=spec.get("min"),
+            max=spec.get("max"),
+            choices=tuple(spec.get("choices", ())),
+            pattern=spec.get("pattern"),
+            secret=spec.get("secret", False),
+        )
+        for name, spec in (data.get("parameters") or {}).items()
+    }
+    observations = {
+        name: Observation(
+            name=name,
+            command=Template(spec["command"]),
+            parser=spec["parser"],
+            description=spec.get("description", ""),
+            timeout=spec.get("timeout", 30.0),
+            root=spec.get("root", False),
+        )
+        for name, spec in data["observations"].items()
+    }
+    checks = {
+        name: Check(
+            name=name,
+            description=spec["description"],
+            every=spec.get("every"),
+            none=spec.get("none"),
+            expect=_expression(spec.get("expect")),
+            where=_expression(spec.get("where")),
+            hint=spec.get("hint", ""),
+        )
+        for name, spec in data["checks"].items()
+    }
+    steps = tuple(
+        Step(
+            id=spec["id"],
+            title=spec["title"],
+            why=spec.get("why", ""),
+            run=Template(spec["run"]) if "run" in spec else None,
+            destructive=spec.get("destructive", False),
+            affects=spec.get("affects"),
+            root=spec.get("root", False),
+            timeout=spec.get("timeout", 60.0),
+            ok_exit=tuple(spec.get("ok_exit", (0,))),
+            skip_if=expand(_checks_ref(spec.get("skip_if"))),
+            wait=Wait(
+                until=expand(_checks_ref(spec["wait"]["until"])),
+                timeout=spec["wait"]["timeout"],
+                interval=spec["wait"].get("interval", 5.0),
+            )
+            if "wait" in spec
+            else None,
+            for_each_failing=spec.get("for_each_failing"),
+            on_failure=spec.get("on_failure", "stop"),
+        )
+        for spec in data["steps"]
+    )
+    return Runbook(
+        name=data["name"],
+        title=data["title"],
+        summary=data["summary"].strip(),
+        when=data.get("when", "").strip(),
+        docs=tuple(data.get("docs", ())),
+        tags=tuple(data.get("tags", ())),
+        parameters=parameters,
+        observations=observations,
+        checks=checks,
+        goal=goal,
+        steps=steps,
+    )
+
+
+class ParameterError(RunbookRunnerError):
+    """Bad ``--set`` values; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _convert(parameter: Parameter, text: str) -> Any:
+    if parameter.type == "integer":
+        return int(text.replace("_", ""))
+    if parameter.type == "number":
+        return float(text.replace("_", ""))
+    if parameter.type == "boolean":
+        if text.lower() in _TRUE | _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError(text)
+    return text
+
+
+def _as_spec(parameter: Parameter) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": parameter.type}
+    for key in ("min", "max", "pattern"):
+        if getattr(parameter, key) is not None:
+            spec[key] = getattr(parameter, key)
+    if parameter.choices:
+        spec["choices"] = list(parameter.choices)
+    return spec
+
+
+def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, Any]:
+    """Defaults overlaid with ``NAME=VALUE`` assignments, all checked."""
+    values = {name: p.default for name, p in runbook.parameters.items()}
+    problems = []
+    for assignment in assignments:
+        name, equals, text = assignment.partition("=")
+        name = name.strip()
+        parameter = runbook.parameters.get(name)
+        if not equals:
+            problems.append(f"--set {assignment!r}: expected NAME=VALUE")
+        elif parameter is None:
+            known = list(runbook.parameters)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f" (it takes: {', '.join(known) or 'none'})"
+            )
+            problems.append(f"--set {name}: {runbook.name} has no parameter {name!r}{hint}")
+        else:
+            try:
+                value = _convert(parameter, text)
+            except ValueError:
+                problems.append(f"--set {name}={text}: expected {parameter.type}")
+                continue
+            problem = value_problem(_as_spec(parameter), value)
+            if problem:
+                problems.append(f"--set {name}={text}: {problem}")
+            else:
+                values[name] = value
+    for name, value in values.items():
+        if value is None:
+            problems.append(f"parameter {name!r} has no default: give it with --set {name}=VALUE")
+    if problems:
+        raise ParameterError(problems)
+    return values

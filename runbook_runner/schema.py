@@ -1,0 +1,119 @@
+"""Structural validation of a runbook against the published JSON Schema.
+
+The schema (``runbook_runner/schema/runbook.schema.json``) is the one editors
+use through ``# yaml-language-server: $schema=...``; here its errors are
+rewritten into short messages a person can act on, each with its position.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from runbook_runner.yamlsource import Path, Problem, Source
+
+SCHEMA_FILE = "runbook.schema.json"
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("runbook_runner").joinpath("schema", SCHEMA_FILE).read_text("utf-8")
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
+def schema_path() -> str:
+    return str(resources.files("runbook_runner").joinpath("schema", SCHEMA_FILE))
+
+
+_TYPE_NAMES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _expected_types(types: str | list[str]) -> str:
+    names = [_TYPE_NAMES.get(t, t) for t in ([types] if isinstance(types, str) else types)]
+    return " or ".join(names)
+
+
+def validate(source: Source) -> list[Problem]:
+    """Every schema violation in the document, as positioned problems."""
+    from jsonschema import Draft202012Validator  # imported here: it is slow to import
+
+    validator = Draft202012Validator(schema())
+    problems: list[Problem] = []
+    for error in validator.iter_errors(source.data):
+        problems.extend(_problems_for(error, source))
+    return problems
+
+
+def _problems_for(error: Any, source: Source) -> list[Problem]:
+    path: Path = tuple(error.absolute_path)
+    kind, subschema, value = error.validator, error.schema, error.instance
+    hint = subschema.get("x-message") if isinstance(subschema, dict) else None
+    if kind == "additionalProperties" and isinstance(value, dict):
+        known = sorted(subschema.get("properties", {}))
+        extras = [k for k in value if k not in known]
+        return [
+            Problem(source.mark_of((*path, k), key=True), (*path, k), _unknown_key(k, known))
+            for k in extras
+        ]
+    if "propertyNames" in error.schema_path:
+        # A key of a user-named mapping (parameters, checks...) with a bad name.
+        key = error.instance
+        message = f"{key!r} is not a valid name: expected {hint or error.message}"
+        return [Problem(source.mark_of((*path, key), key=True), (*path, key), message)]
+    if kind == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return [Problem(source.mark_of(path), path, f"missing required key {missing!r}")]
+    if kind == "type":
+        message = f"expected {_expected_types(error.validator_value)}, got {_describe(value)}"
+        return [Problem(source.mark_of(path), path, message)]
+    if kind == "enum":
+        choices = ", ".join(str(c) for c in error.validator_value)
+        message = f"must be one of: {choices}; got {_describe(value)}"
+        return [Problem(source.mark_of(path), path, message)]
+    if kind in {"anyOf", "oneOf"}:
+        message = f"expected {hint or 'another form'}, got {_describe(value)}"
+        return [Problem(source.mark_of(path), path, message)]
+    if kind == "pattern":
+        message = f"{value!r} is not valid: expected {hint or 'to match ' + error.validator_value}"
+        return [Problem(source.mark_of(path), path, message)]
+    messages = {
+        "minItems": "must not be empty",
+        "minProperties": "must not be empty",
+        "minLength": "must not be empty",
+        "exclusiveMinimum": f"must be greater than {error.validator_value}",
+        "minimum": f"must be at least {error.validator_value}",
+        "maximum": f"must be at most {error.validator_value}",
+    }
+    message = messages.get(kind, error.message)
+    return [Problem(source.mark_of(path), path, message)]
+
+
+def _unknown_key(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else f" (known keys: {', '.join(known)})"
+    return f"unknown key {key!r}{suggestion}"

@@ -1,0 +1,312 @@
+"""The meaning of a runbook, checked after its structure: names and references.
+
+Runs on the raw document (even one with schema errors, so that every error is
+reported in one go), so it reads defensively: anything of the wrong shape was
+already reported by the schema and is skipped here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from runbook_runner import expr
+from runbook_runner.observe import PARSERS
+from runbook_runner.observe.state import field_names
+from runbook_runner.template import Template
+from runbook_runner.yamlsource import Mark, Path, Problem, Source
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+}
+
+
+def check_meaning(source: Source, stem: str | None) -> list[Problem]:
+    return _Semantics(source, stem).run()
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (defined: {', '.join(sorted(known))})" if known else " (none are defined)"
+
+
+class _Semantics:
+    def __init__(self, source: Source, stem: str | None) -> None:
+        self.source = source
+        self.data = _mapping(source.data)
+        self.stem = stem
+        self.found: list[Problem] = []
+        self.parameters = _mapping(self.data.get("parameters"))
+        self.observations = {
+            name: spec
+            for name, spec in _mapping(self.data.get("observations")).items()
+            if isinstance(spec, dict) and spec.get("parser") in PARSERS
+        }
+        self.checks = _mapping(self.data.get("checks"))
+
+    def error(self, path: Path, message: str, offset: int | None = None) -> None:
+        mark = self.source.mark_of(path)
+        if offset is not None and self._is_plain_one_line(path):
+            mark = Mark(mark.line, mark.column + offset)
+        self.found.append(Problem(mark, path, message))
+
+    def _is_plain_one_line(self, path: Path) -> bool:
+        # Only a plain scalar on one line lets an offset into the text become a column.
+        value: Any = self.source.data
+        for part in path:
+            value = value[part]
+        return isinstance(value, str) and "\n" not in value
+
+    def run(self) -> list[Problem]:
+        name = self.data.get("name")
+        if self.stem is not None and isinstance(name, str) and name != self.stem:
+            self.error(("name",), f"{name!r} differs from the file name; expected {self.stem!r}")
+        self.parameter_defaults()
+        for obs_name, spec in self.observations.items():
+            if isinstance(spec.get("command"), str):
+                self.template(
+                    ("observations", obs_name, "command"), spec["command"], item_type=None
+                )
+        for check_name, spec in self.checks.items():
+            if isinstance(spec, dict):
+                self.check(check_name, spec)
+        self.check_list(("goal",), self.data.get("goal"))
+        self.steps()
+        return self.found
+
+    # -- parameters ---------------------------------------------------------
+
+    def parameter_defaults(self) -> None:
+        for name, spec in self.parameters.items():
+            if not isinstance(spec, dict) or spec.get("type") not in _PYTHON_TYPES:
+                continue
+            path: Path = ("parameters", name)
+            if name in self.observations:
+                self.error(path, f"parameter {name!r} has the name of an observation")
+            kind = spec["type"]
+            numeric = kind in {"integer", "number"}
+            for bound in ("min", "max"):
+                if bound in spec and not numeric:
+                    self.error((*path, bound), f"{bound} applies to integer and number parameters")
+            if "pattern" in spec and kind != "string":
+                self.error((*path, "pattern"), "pattern applies to string parameters")
+            if "pattern" in spec and isinstance(spec["pattern"], str):
+                try:
+                    re.compile(spec["pattern"])
+                except re.error as error:
+                    self.error((*path, "pattern"), f"not a valid regular expression: {error}")
+            for i, choice in enumerate(spec.get("choices") or []):
+                if not _is_type(choice, kind):
+                    self.error((*path, "choices", i), f"choice {choice!r} is not of type {kind}")
+            if "default" in spec:
+                problem = value_problem(spec, spec["default"])
+                if problem:
+                    self.error((*path, "default"), f"default {spec['default']!r}: {problem}")
+
+    # -- checks and expressions ----------------------------------------------
+
+    def check(self, name: str, spec: dict[str, Any]) -> None:
+        path: Path = ("checks", name)
+        every, none = spec.get("every"), spec.get("none")
+        if every is not None and none is not None:
+            self.error(path, "a check takes 'every' or 'none', not both")
+            return
+        quantified = every if every is not None else none
+        item_type = None
+        if isinstance(quantified, str):
+            key = "every" if every is not None else "none"
+            item_type = self.list_observation((*path, key), quantified)
+        if every is not None and "expect" not in spec:
+            self.error(path, "'every' needs 'expect': what must hold for each item")
+        if none is not None and "expect" in spec:
+            self.error(
+                (*path, "expect"), "with 'none', say which items must not exist with 'where'"
+            )
+        if "where" in spec and none is None:
+            self.error((*path, "where"), "'where' goes with 'none'")
+        if every is None and none is None and "expect" not in spec:
+            self.error(path, "a check needs 'expect' (or 'every'/'none' over a list observation)")
+        for key in ("expect", "where"):
+            if isinstance(spec.get(key), str):
+                self.expression((*path, key), spec[key], item_type)
+
+    def list_observation(self, path: Path, name: str) -> type | None:
+        lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
+        if name not in lists:
+            self.error(path, f"{name!r} is not a list observation{_suggest(name, lists)}")
+            return None
+        return PARSERS[self.observations[name]["parser"]].record_type
+
+    def expression(self, path: Path, text: str, item_type: type | None) -> None:
+        try:
+            tree = expr.parse(text)
+        except expr.ExprError as error:
+            self.error(path, f"in expression: {error}", error.offset)
+            return
+        for node in expr.names(tree):
+            message = self.name_problem(node.path, item_type)
+            if message:
+                self.error(path, message, node.start)
+
+    def name_problem(self, name: str, item_type: type | None) -> str | None:
+        """Why ``name`` means nothing here, or ``None`` if it resolves."""
+        head, _, field = name.partition(".")
+        if not field:
+            if item_type is not None and name in field_names(item_type):
+                if name in self.parameters:
+                    return f"{name!r} is both an item field and a parameter: rename the parameter"
+                return None
+            if name in self.parameters or name in self.observations:
+                return None
+            known = list(self.parameters) + (list(field_names(item_type)) if item_type else [])
+            return f"unknown name {name!r}{_suggest(name, known)}"
+        if head not in self.observations:
+            return f"unknown observation {head!r}{_suggest(head, list(self.observations))}"
+        parser = PARSERS[self.observations[head]["parser"]]
+        if parser.is_list:
+            return f"{head!r} is a list: use 'every'/'none' on it, or count({head})"
+        fields = list(field_names(parser.record_type))
+        if field not in fields:
+            return f"{head!r} has no field {field!r}{_suggest(field, fields)}"
+        return None
+
+    def check_list(self, path: Path, value: Any) -> None:
+        if value == "goal" or not isinstance(value, list):
+            return
+        seen: set[str] = set()
+        for i, name in enumerate(value):
+            if not isinstance(name, str):
+                continue
+            if name not in self.checks:
+                self.error((*path, i), f"unknown check {name!r}{_suggest(name, list(self.checks))}")
+            elif name in seen:
+                self.error((*path, i), f"check {name!r} is listed twice")
+            seen.add(name)
+
+    # -- steps ---------------------------------------------------------------
+
+    def steps(self) -> None:
+        steps = self.data.get("steps")
+        if not isinstance(steps, list):
+            return
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(steps):
+            if not isinstance(spec, dict):
+                continue
+            path: Path = ("steps", i)
+            step_id = spec.get("id")
+            if isinstance(step_id, str):
+                if step_id in seen:
+                    self.error(
+                        (*path, "id"),
+                        f"step id {step_id!r} is already used by steps[{seen[step_id]}]",
+                    )
+                seen.setdefault(step_id, i)
+            if "run" not in spec and "wait" not in spec:
+                self.error(path, "a step needs 'run' (a command) or 'wait' (a state to wait for)")
+            if spec.get("destructive") is True and "affects" not in spec:
+                self.error(
+                    path,
+                    "a destructive step must say what it 'affects': process, service, gpu or node",
+                )
+            self.check_list((*path, "skip_if"), spec.get("skip_if"))
+            wait = spec.get("wait")
+            if isinstance(wait, dict):
+                self.check_list((*path, "wait", "until"), wait.get("until"))
+                interval, timeout = wait.get("interval", 5), wait.get("timeout")
+                if _is_number(interval) and _is_number(timeout) and interval > timeout:
+                    self.error(
+                        (*path, "wait", "interval"), "the interval is longer than the timeout"
+                    )
+            item_type = self.for_each(path, spec.get("for_each_failing"))
+            if isinstance(spec.get("run"), str):
+                self.template((*path, "run"), spec["run"], item_type)
+
+    def for_each(self, path: Path, name: Any) -> type | None:
+        if not isinstance(name, str):
+            return None
+        check = self.checks.get(name)
+        if not isinstance(check, dict):
+            self.error(
+                (*path, "for_each_failing"),
+                f"unknown check {name!r}{_suggest(name, list(self.checks))}",
+            )
+            return None
+        if not isinstance(check.get("every"), str):
+            self.error(
+                (*path, "for_each_failing"),
+                f"check {name!r} has no 'every': there are no items to act on",
+            )
+            return None
+        spec = self.observations.get(check["every"])
+        return PARSERS[spec["parser"]].record_type if spec else None
+
+    def template(self, path: Path, text: str, item_type: type | None) -> None:
+        template = Template(text)
+        loose = template.malformed()
+        if loose is not None:
+            self.error(path, "'{{' or '}}' that is not a {{ name }} placeholder", loose)
+        for placeholder in template.placeholders:
+            name = placeholder.name
+            if name.startswith("item."):
+                field = name[5:]
+                if item_type is None:
+                    self.error(
+                        path, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset
+                    )
+                elif field not in field_names(item_type):
+                    fields = list(field_names(item_type))
+                    self.error(
+                        path,
+                        f"items have no field {field!r}{_suggest(field, fields)}",
+                        placeholder.offset,
+                    )
+            elif name not in self.parameters:
+                self.error(
+                    path,
+                    f"unknown parameter {name!r}{_suggest(name, list(self.parameters))}",
+                    placeholder.offset,
+                )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind in {"integer", "number"} and isinstance(value, bool):
+        return False
+    return isinstance(value, _PYTHON_TYPES[kind])
+
+
+def value_problem(spec: dict[str, Any], value: Any) -> str | None:
+    """Why ``value`` does not suit a parameter spec, or ``None`` if it does."""
+    kind = spec.get("type", "string")
+    if not _is_type(value, kind):
+        return f"expected {kind}"
+    if _is_number(value):
+        if _is_number(spec.get("min")) and value < spec["min"]:
+            return f"must be at least {spec['min']}"
+        if _is_number(spec.get("max")) and value > spec["max"]:
+            return f"must be at most {spec['max']}"
+    choices = spec.get("choices")
+    if isinstance(choices, list) and choices and value not in choices:
+        return "must be one of: " + ", ".join(str(c) for c in choices)
+    pattern = spec.get("pattern")
+    if isinstance(value, str) and isinstance(pattern, str):
+        try:
+            if re.fullmatch(pattern, value) is None:
+                return f"must match {pattern}"
+        except re.error:
+            return None
+    return None

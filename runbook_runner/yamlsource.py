@@ -1,0 +1,145 @@
+"""YAML to plain values, remembering where every key and value came from.
+
+PyYAML keeps the last of two equal keys without a word and can construct
+Python objects from tags; here the document is composed into nodes by the
+safe loader, duplicate keys are reported, and every value's position is kept
+so that each error can say ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class Mark:
+    line: int  # 1-based
+    column: int  # 1-based
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One error in a source file, sortable by position."""
+
+    mark: Mark
+    path: Path
+    message: str
+
+    def format(self, filename: str) -> str:
+        where = f"{filename}:{self.mark.line}:{self.mark.column}"
+        label = format_path(self.path)
+        return f"{where}: {label}: {self.message}" if label else f"{where}: {self.message}"
+
+
+def format_path(path: Path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+@dataclass
+class Source:
+    """A parsed document: its data and the marks of values and of mapping keys."""
+
+    data: Any
+    value_marks: dict[Path, Mark] = field(default_factory=dict)
+    key_marks: dict[Path, Mark] = field(default_factory=dict)
+
+    def mark_of(self, path: Path, key: bool = False) -> Mark:
+        """The position of a value (or of its key), else of its nearest parent."""
+        marks = self.key_marks if key else self.value_marks
+        while path:
+            if path in marks:
+                return marks[path]
+            if not key and path in self.key_marks:
+                return self.key_marks[path]
+            path = path[:-1]
+        return self.value_marks.get((), Mark(1, 1))
+
+
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+
+
+def _mark(node: yaml.Node) -> Mark:
+    return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, loader: yaml.SafeLoader) -> None:
+        self.loader = loader
+        self.source = Source(None)
+        self.problems: list[Problem] = []
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        self.source.value_marks[path] = _mark(node)
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
+            self.problems.append(
+                Problem(_mark(node), path, f"the YAML tag {node.tag!r} is not allowed")
+            )
+            return None
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as error:
+            self.problems.append(Problem(_mark(node), path, _yaml_message(error)))
+            return None
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        self.loader.flatten_mapping(node)  # resolves "<<" merge keys
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.problems.append(Problem(_mark(key_node), path, "a key must be a plain value"))
+                continue
+            key = self.loader.construct_object(key_node)
+            key = key if isinstance(key, str) else str(key)
+            if key in result:
+                first = self.source.key_marks[(*path, key)]
+                self.problems.append(
+                    Problem(
+                        _mark(key_node),
+                        (*path, key),
+                        f"duplicate key {key!r} (first at line {first.line}); "
+                        "YAML would silently keep only the last one",
+                    )
+                )
+                continue
+            self.source.key_marks[(*path, key)] = _mark(key_node)
+            result[key] = self.build(value_node, (*path, key))
+        return result
+
+
+def _yaml_message(error: yaml.YAMLError) -> str:
+    if isinstance(error, yaml.MarkedYAMLError):
+        parts = [error.context, error.problem]
+        return "; ".join(p for p in parts if p) or str(error)
+    return str(error)
+
+
+def load(text: str) -> tuple[Source, list[Problem]]:
+    """Compose one YAML document; return its values, marks, and any problems."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = Mark(mark.line + 1, mark.column + 1) if mark else Mark(1, 1)
+        return Source(None), [Problem(where, (), "YAML syntax error: " + _yaml_message(error))]
+    except yaml.YAMLError as error:
+        return Source(None), [Problem(Mark(1, 1), (), "YAML error: " + str(error))]
+    finally:
+        loader.dispose()
+    if node is None:
+        return Source(None), [Problem(Mark(1, 1), (), "the file is empty")]
+    builder = _Builder(loader)
+    builder.source.data = builder.build(node, ())
+    return builder.source, builder.problems

@@ -1,0 +1,138 @@
+"""Loading runbooks: every error with file:line:col, before anything runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import REPO, TESTS
+from runbook_runner import schema
+from runbook_runner.runbook import ParameterError, RunbookInvalid, load, loads, resolve_parameters
+
+BROKEN = sorted((TESTS / "broken-runbooks").glob("*.yaml"))
+SHIPPED = sorted((REPO / "runbooks").glob("*.yaml"))
+
+
+def expected_errors(path: Path) -> list[str]:
+    return [
+        line[len("# expect: ") :].rstrip("\n")
+        for line in path.open()
+        if line.startswith("# expect: ")
+    ]
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.stem)
+def test_broken_runbook_reports_every_error_with_its_position(path):
+    with pytest.raises(RunbookInvalid) as raised:
+        load(path)
+    prefix = f"{raised.value.filename}:"
+    got = [line.removeprefix(prefix) for line in raised.value.lines]
+    assert all(line.startswith(prefix) for line in raised.value.lines)
+    assert got == expected_errors(path)
+
+
+def test_the_broken_corpus_covers_each_kind_of_error():
+    messages = "\n".join(line for path in BROKEN for line in expected_errors(path))
+    for kind in [
+        "YAML syntax error",
+        "duplicate key",
+        "unknown key",
+        "expected a number",
+        "missing required key",
+        "unknown check",
+        "unknown parameter",
+        "unknown name",
+        "differs from the file name",
+        "in expression",
+        "is not allowed",  # a YAML tag that would construct Python objects
+    ]:
+        assert kind in messages, kind
+
+
+def test_python_tags_never_construct_objects(tmp_path):
+    marker = tmp_path / "pwned"
+    text = f'name: x\nsummary: !!python/object/apply:os.system ["touch {marker}"]\n'
+    with pytest.raises(RunbookInvalid):
+        loads(text.encode(), "x.yaml", stem="x")
+    assert not marker.exists()
+
+
+def test_not_utf8_is_an_error_with_a_position():
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(b"name: \xff\xfe\n", "bin.yaml")
+    assert re.match(r"bin\.yaml:1:1: not UTF-8", raised.value.lines[0])
+
+
+def test_unreadable_file_is_an_error_not_a_traceback(tmp_path):
+    with pytest.raises(RunbookInvalid) as raised:
+        load(tmp_path / "missing.yaml")
+    assert "cannot read the file" in raised.value.lines[0]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_runbooks_are_valid_and_point_editors_at_the_schema(path):
+    runbook = load(path)
+    assert runbook.name == path.stem
+    first_line = path.read_text().splitlines()[0]
+    match = re.match(r"# yaml-language-server: \$schema=(\S+)$", first_line)
+    assert match, "first line should name the schema for editors"
+    assert (path.parent / match.group(1)).resolve() == Path(schema.schema_path()).resolve()
+
+
+def test_schema_is_a_valid_json_schema():
+    Draft202012Validator.check_schema(schema.schema())
+
+
+def test_blast_radius_is_the_widest_destructive_step():
+    text = b"""
+name: ladder
+title: t
+summary: s
+observations: {memory: {command: free -b, parser: free}}
+checks: {ok: {description: d, expect: memory.free_bytes > 0}}
+goal: [ok]
+steps:
+  - {id: stop, title: stop, run: pkill x, destructive: true, affects: process}
+  - {id: reset, title: reset, run: nvidia-smi -r, destructive: true, affects: gpu, skip_if: goal}
+  - {id: look, title: look, run: "true"}
+"""
+    runbook = loads(text, "ladder.yaml", stem="ladder")
+    assert runbook.blast_radius == "gpu"
+    assert runbook.destructive
+    assert runbook.step("reset").skip_if == ("ok",)  # "goal" expands to the goal's checks
+
+
+def _health():
+    return load(REPO / "runbooks" / "gpu-node-health.yaml")
+
+
+def test_parameters_take_defaults_and_typed_overrides():
+    values = resolve_parameters(_health(), ["idle_mib=100", "min_available_fraction=0.5"])
+    assert values["idle_mib"] == 100
+    assert values["min_available_fraction"] == 0.5
+    assert values["min_gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("idle_mb=5", "has no parameter 'idle_mb'; did you mean 'idle_mib'?"),
+        ("idle_mib=lots", "expected integer"),
+        ("idle_mib=-1", "must be at least 0"),
+        ("min_available_fraction=2", "must be at most 1"),
+        ("idle_mib", "expected NAME=VALUE"),
+    ],
+)
+def test_bad_parameter_values_are_clear_errors(assignment, message):
+    with pytest.raises(ParameterError) as raised:
+        resolve_parameters(_health(), [assignment])
+    assert message in str(raised.value)
+
+
+def test_every_bad_parameter_is_reported_at_once():
+    with pytest.raises(ParameterError) as raised:
+        resolve_parameters(_health(), ["idle_mib=x", "nope=1"])
+    assert len(raised.value.lines) == 2
