@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from runbook_runner import __version__, exitcodes, render
 from runbook_runner.catalog import Catalog, UnknownRunbook, search_path
+from runbook_runner.errors import TransportError
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.runbook import ParameterError, Runbook, RunbookInvalid, load
+from runbook_runner.runbook import (
+    ParameterError,
+    Runbook,
+    RunbookInvalid,
+    load,
+    resolve_parameters,
+)
+
+if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
+    from runbook_runner.runner import ConfirmRequest, Event, RunReport
+    from runbook_runner.transport import SshTransport
 
 EPILOG = f"""\
 examples:
   runbook list
-  runbook show gpu-oom-recovery
+  runbook show gpu-node-health
+  runbook check gpu-node-health --host 10.1.230.174
+  runbook run gpu-oom-recovery --host root@10.1.230.174 --dry-run
   runbook validate runbooks/my-new-runbook.yaml
 
 exit codes:
@@ -115,6 +130,289 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+# -- running against a host ------------------------------------------------------------
+
+
+OUTPUT_LINES = 25  # of each command's output, shown under its step
+
+
+class _Output:
+    """Where people read progress: stdout, or stderr when stdout carries --json."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.stream: IO[str] = sys.stderr if as_json else sys.stdout
+        self.tty = self.stream.isatty()
+        self.style = render.Style(render.use_colour(self.stream))
+        self._live = False
+        self._last_live = 0.0
+
+    def line(self, text: str = "") -> None:
+        self.end_live()
+        print(text, file=self.stream, flush=True)
+
+    def live(self, text: str) -> None:
+        """A line rewritten in place on a terminal; elsewhere printed every 10 s at most."""
+        import time
+
+        if self.tty:
+            print(f"\r\x1b[K{text}", end="", file=self.stream, flush=True)
+            self._live = True
+        elif time.monotonic() - self._last_live >= 10:
+            print(text, file=self.stream, flush=True)
+            self._last_live = time.monotonic()
+
+    def end_live(self) -> None:
+        if self._live:
+            print(file=self.stream, flush=True)
+            self._live = False
+
+
+def _prompt_passphrase(prompt: str) -> str | None:
+    if not sys.stdin.isatty():
+        return None
+    return getpass.getpass(prompt)
+
+
+def _connect(args: argparse.Namespace, out: _Output) -> SshTransport:
+    from runbook_runner.transport import SshTransport, fingerprint, resolve_target
+
+    target = resolve_target(
+        args.host,
+        port=args.port,
+        user=args.user,
+        identity_files=args.identity,
+        known_hosts=Path(args.known_hosts) if args.known_hosts else None,
+        accept_new_host_key=args.accept_new_host_key,
+        connect_timeout=args.connect_timeout,
+        ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+    )
+
+    def recorded(host: str, key: Any) -> None:
+        out.line(
+            f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {target.known_hosts}"
+        )
+
+    return SshTransport(target, _prompt_passphrase, recorded).connect()
+
+
+def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
+    runbook = _load_named(args)
+    return runbook, resolve_parameters(runbook, args.set)
+
+
+def _secret_free(runbook: Runbook, params: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("***" if runbook.parameters[k].secret else v) for k, v in params.items()}
+
+
+def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
+    user = transport.login_user or "?"
+    return f"{transport.target.label} as {user}"
+
+
+def _report_state(out: _Output, runbook: Runbook, observed: Any, title: str) -> None:
+    out.line(out.style(title, "bold"))
+    out.line(render.gpu_table(runbook, observed.state))
+    out.line(render.check_lines(observed.results, runbook, out.style))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from runbook_runner.runner import Runner
+
+    runbook, params = _load_with_params(args)
+    out = _Output(args.json)
+    with _connect(args, out) as transport:
+        out.line(f"{runbook.name} on {_host_label(args, transport)} (read-only check)")
+        observed = Runner(runbook, params, transport).check_goal("now")
+    ok = all(r.ok for r in observed.results)
+    _report_state(out, runbook, observed, "State:")
+    out.line(
+        out.style("goal holds", "green") if ok else out.style("goal does NOT hold", "red", "bold")
+    )
+    if args.json:
+        document = {
+            "runbook": runbook.name,
+            "host": transport.target.host,
+            "ok": ok,
+            "parameters": _secret_free(runbook, params),
+            "state": render.state_json(runbook, observed.state),
+            "checks": [r.to_json() for r in observed.results],
+        }
+        print(json.dumps(document, indent=2))
+    return ExitCode.OK if ok else ExitCode.GOAL_NOT_MET
+
+
+class _Confirmer:
+    """Asks before each destructive step, naming the host and the exact commands."""
+
+    def __init__(self, args: argparse.Namespace, out: _Output, host: str) -> None:
+        self.yes, self.out, self.host = args.yes, out, host
+        self.refusal: str | None = None
+
+    def __call__(self, request: ConfirmRequest) -> bool:
+        step = request.step
+        if self.yes:
+            return True
+        if not sys.stdin.isatty():
+            self.refusal = (
+                f"step {step.id!r} is destructive (affects {step.affects}) and needs a confirmation, "
+                "but stdin is not a terminal: re-run with --yes to allow it"
+            )
+            return False
+        self.out.line(
+            self.out.style(
+                f"  {step.title}: DESTRUCTIVE, affects {step.affects}, on {self.host}",
+                "yellow",
+                "bold",
+            )
+        )
+        for command in request.commands:
+            self.out.line(f"    $ {command}")
+        try:
+            answer = input("  Run it? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() in {"y", "yes"}:
+            return True
+        self.refusal = f"declined step {step.id!r}"
+        return False
+
+
+def _printer(out: _Output, runbook: Runbook) -> Callable[[Event], None]:
+    from runbook_runner.runner import StepDone, StepStarting, Waiting
+
+    numbers: dict[str, tuple[int, int]] = {}
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, StepStarting):
+            numbers[event.step.id] = (event.number, event.total)
+        elif isinstance(event, Waiting):
+            out.live(render.wait_line(event))
+        elif isinstance(event, StepDone):
+            number, total = numbers.get(event.step.id, (0, len(runbook.steps)))
+            if not number:
+                number = [s.id for s in runbook.steps].index(event.step.id) + 1
+            out.line(render.step_line(event.record, number, total, out.style))
+            if event.record.status == "planned":
+                for command in event.record.commands:
+                    out.line(f"        would run: $ {command}")
+            for result in event.record.results:
+                printed = (result.stdout + result.stderr).rstrip().splitlines()
+                if len(printed) > OUTPUT_LINES:
+                    out.line(out.style(f"        | ... {len(printed) - OUTPUT_LINES} lines above", "dim"))
+                for text in printed[-OUTPUT_LINES:]:
+                    out.line(out.style(f"        | {text}", "dim"))
+
+    return on_event
+
+
+def _closing(out: _Output, report: RunReport, host: str, confirmer: _Confirmer) -> None:
+    runbook = report.runbook
+    if report.before and report.after:
+        out.line(out.style("Before:", "bold"))
+        out.line(render.gpu_table(runbook, report.before.state))
+        out.line(out.style("After:", "bold"))
+        out.line(render.gpu_table(runbook, report.after.state))
+        out.line(render.check_lines(report.after.results, runbook, out.style))
+    if report.declined:
+        out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
+    elif report.ok:
+        how = (
+            f"by step {report.reached_by!r}"
+            if report.reached_by
+            else "already; nothing needed doing"
+        )
+        out.line(out.style(f"goal holds on {host}: reached {how}", "green", "bold"))
+    else:
+        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
+        stopped = [r for r in report.steps if r.status in {"failed", "timed_out"}]
+        if stopped:
+            out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}")
+        hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]
+        if hints:
+            out.line(f"  next: {hints[0]}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runbook_runner.runner import Runner
+
+    runbook, params = _load_with_params(args)
+    if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
+        raise UsageError(
+            f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
+            f"(steps: {', '.join(s.id for s in runbook.steps)})",
+            "runbook run",
+        )
+    out = _Output(args.json)
+    with _connect(args, out) as transport:
+        host = _host_label(args, transport)
+        mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
+        out.line(f"{runbook.name} on {host}{mode}")
+        confirmer = _Confirmer(args, out, host)
+        runner = Runner(
+            runbook, params, transport, on_event=_printer(out, runbook), confirm=confirmer
+        )
+        report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
+    _closing(out, report, host, confirmer)
+    if args.json:
+        after = report.after
+        document = {
+            "runbook": runbook.name,
+            "host": transport.target.host,
+            "ok": report.ok,
+            "dry_run": args.dry_run,
+            "reached_by": report.reached_by,
+            "parameters": _secret_free(runbook, params),
+            "state": render.state_json(runbook, after.state) if after else None,
+            "checks": [r.to_json() for r in after.results] if after else [],
+            "steps": [r.to_json() for r in report.steps],
+        }
+        print(json.dumps(document, indent=2))
+    if report.declined:
+        return ExitCode.DECLINED
+    if args.dry_run:
+        return ExitCode.OK
+    return ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
+
+
+def _add_host_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+    sub.add_argument("--host", required=True, help="HOST, USER@HOST, or a Host of ~/.ssh/config")
+    ssh = sub.add_argument_group("SSH")
+    ssh.add_argument("--port", type=int, help="SSH port (default: ~/.ssh/config, else 22)")
+    ssh.add_argument("--user", help="login user (default: ~/.ssh/config, else yours)")
+    ssh.add_argument(
+        "-i", "--identity", action="append", metavar="FILE", help="private key file (repeatable)"
+    )
+    ssh.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="known_hosts to verify against (default ~/.ssh/known_hosts)",
+    )
+    ssh.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="record the key of a host not yet known (a changed key is always refused)",
+    )
+    ssh.add_argument(
+        "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
+    )
+    ssh.add_argument(
+        "--connect-timeout", type=float, default=10.0, metavar="SECONDS", help="default 10"
+    )
+    sub.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a parameter (repeatable)",
+    )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document on stdout; progress goes to stderr",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="runbook",
@@ -155,6 +453,27 @@ def build_parser() -> argparse.ArgumentParser:
         "paths", nargs="*", metavar="PATH", help="files, folders or names (default: all)"
     )
     validate.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    check = add(
+        "check",
+        cmd_check,
+        "observe a host and check a runbook's goal (read-only)",
+        "runbook check gpu-node-health --host 10.1.230.174",
+    )
+    _add_host_options(check)
+    run = add(
+        "run",
+        cmd_run,
+        "run a runbook's steps on a host, then check its goal",
+        "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
+    )
+    _add_host_options(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and every command; run only observations",
+    )
+    run.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
+    run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
     return parser
 
 
@@ -176,6 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UnknownRunbook, ParameterError) as error:
         _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
+    except TransportError as error:
+        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
+        return ExitCode.HOST_UNREACHABLE
     except KeyboardInterrupt:
         _err("runbook: interrupted")
         return ExitCode.INTERRUPTED

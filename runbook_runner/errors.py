@@ -13,3 +13,31 @@ class RunbookRunnerError(Exception):
 
 class ParseError(RunbookRunnerError):
     """Command output could not be turned into typed state."""
+
+
+class TransportError(RunbookRunnerError):
+    """Reaching or talking to the host failed; ``hint`` says what to do."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class Unreachable(TransportError):
+    """Connection refused, DNS failure, timeout, or no SSH server."""
+
+
+class AuthenticationFailed(TransportError):
+    """The host refused every key (or an encrypted key had no passphrase)."""
+
+
+class UnknownHostKey(TransportError):
+    """The host is not in known_hosts and --accept-new-host-key was not given."""
+
+
+class HostKeyChanged(TransportError):
+    """known_hosts holds another key for this host: always refused."""
+
+
+class ConnectionLost(TransportError):
+    """The connection dropped while a command ran or a channel opened."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Sequence
-from typing import IO, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, ClassVar
 
+from runbook_runner.expect import CheckResult
+from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.runbook import Runbook, Step
+from runbook_runner.runner import StepRecord, Waiting
 
 
 def use_colour(stream: IO[str]) -> bool:
@@ -126,3 +129,126 @@ def runbook_details(runbook: Runbook) -> str:
                 f"     waits up to {wait.timeout:g}s (every {wait.interval:g}s) for: {until}"
             )
     return "\n".join(out)
+
+
+# -- observed state, steps, checks -------------------------------------------------------
+
+
+def _first_of(runbook: Runbook, state: Mapping[str, Any], parser: str) -> Any:
+    for name, observation in runbook.observations.items():
+        if observation.parser == parser and name in state:
+            return state[name]
+    return None
+
+
+def _mib(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
+    """GPU | MEMORY USED / TOTAL | PROCESSES, then one line of host memory."""
+    lines: list[str] = []
+    gpus = _first_of(runbook, state, "gpus")
+    processes = _first_of(runbook, state, "gpu-processes")
+    if isinstance(gpus, Unavailable):
+        lines.append(f"GPUs: unknown ({gpus.reason})")
+    elif gpus is not None:
+        rows = []
+        for gpu in gpus:
+            on_gpu = []
+            if isinstance(processes, tuple):
+                on_gpu = [
+                    f"{p.pid} {p.process_name or '?'} ({_mib(p.used_memory_mib)} MiB)"
+                    for p in processes
+                    if (p.gpu_bus_id and p.gpu_bus_id == gpu.pci_bus_id)
+                    or (p.gpu_uuid and p.gpu_uuid == gpu.uuid)
+                ]
+            used = f"{_mib(gpu.memory_used_mib)} / {_mib(gpu.memory_total_mib)} MiB"
+            rows.append((str(gpu.index), used, ", ".join(on_gpu) or "-"))
+        lines.append(table(rows, ("GPU", "MEMORY USED / TOTAL", "PROCESSES")))
+    memory = _first_of(runbook, state, "free")
+    if isinstance(memory, Unavailable):
+        lines.append(f"host memory: unknown ({memory.reason})")
+    elif memory is not None:
+        lines.append(memory_line(memory))
+    return "\n".join(lines)
+
+
+def memory_line(memory: Memory) -> str:
+    def gib(value: int | None) -> str:
+        return "?" if value is None else f"{value / 1024**3:,.1f} GiB"
+
+    return (
+        f"host memory: {gib(memory.available_bytes)} available of {gib(memory.total_bytes)}"
+        f" (used {gib(memory.used_bytes)})"
+    )
+
+
+def check_lines(results: Sequence[CheckResult], runbook: Runbook, style: Style) -> str:
+    lines = []
+    for result in results:
+        mark = style("ok  ", "green") if result.ok else style("FAIL", "red", "bold")
+        lines.append(f"  {mark} {result.name}: {result.message}")
+        hint = runbook.checks[result.name].hint
+        if not result.ok and hint:
+            lines.append(f"       {style('what to do:', 'dim')} {hint}")
+    return "\n".join(lines)
+
+
+_STATUS_STYLE = {
+    "ok": ("ok", "green"),
+    "failed": ("FAILED", "red"),
+    "timed_out": ("TIMED OUT", "red"),
+    "skipped": ("skipped", "dim"),
+    "declined": ("declined", "yellow"),
+    "planned": ("planned", "cyan"),
+}
+
+
+def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
+    label, colour = _STATUS_STYLE.get(record.status, (record.status, ""))
+    head = f"  [{number}/{total}] {record.id:<28} {style(f'{label:<9}', colour)} {record.duration_s:6.1f}s"
+    return f"{head}  {record.message}".rstrip() if record.message else head
+
+
+def wait_line(event: Waiting, width: int = 120) -> str:
+    failing = "; ".join(r.message for r in event.failing)
+    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s: {failing}"
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def state_json(runbook: Runbook, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``state`` object of --json: gpus, gpu_processes, memory; null where unknown."""
+    gpus = _first_of(runbook, state, "gpus")
+    processes = _first_of(runbook, state, "gpu-processes")
+    memory = _first_of(runbook, state, "free")
+    return {
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "memory_used_mib": g.memory_used_mib,
+                "memory_total_mib": g.memory_total_mib,
+            }
+            for g in gpus
+        ]
+        if isinstance(gpus, tuple)
+        else None,
+        "gpu_processes": [
+            {"pid": p.pid, "process_name": p.process_name, "used_memory_mib": p.used_memory_mib}
+            for p in processes
+        ]
+        if isinstance(processes, tuple)
+        else None,
+        "memory": {
+            "total_bytes": memory.total_bytes,
+            "used_bytes": memory.used_bytes,
+            "free_bytes": memory.free_bytes,
+            "available_bytes": memory.available_bytes,
+        }
+        if isinstance(memory, Memory)
+        else None,
+        "unavailable": {
+            name: value.reason for name, value in state.items() if isinstance(value, Unavailable)
+        },
+    }

@@ -1,0 +1,305 @@
+"""The step loop: observe, check, run, wait, escalate. Emits events; prints nothing.
+
+Data flows one way: the runbook and parameters come in, commands go out through
+a transport, their output is parsed into state and checked, and what happened
+goes to the ``on_event`` callback (the CLI, the journal) as it happens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runbook_runner.errors import ParseError
+from runbook_runner.expect import CheckResult, State, all_ok, evaluate_check, evaluate_checks
+from runbook_runner.observe import PARSERS
+from runbook_runner.observe.state import Unavailable
+from runbook_runner.runbook import Runbook, Step
+from runbook_runner.template import Template
+from runbook_runner.transport import CommandResult
+
+
+class Transport(Protocol):
+    is_root: bool
+
+    def run(
+        self, command: str, timeout: float, *, output_limit: int = ..., as_root: bool = False
+    ) -> CommandResult: ...
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    label: str  # "before", "after", or a step id
+    state: State
+    results: tuple[CheckResult, ...]
+
+
+@dataclass(frozen=True)
+class StepStarting:
+    step: Step
+    number: int
+    total: int
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    step: Step
+    failing: tuple[CheckResult, ...]
+    elapsed_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: str
+    status: str  # ok, failed, skipped, timed_out, declined, planned
+    started: float  # Unix time
+    duration_s: float
+    exit_status: int | None = None
+    message: str = ""
+    commands: tuple[str, ...] = ()
+    results: tuple[CommandResult, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "duration_s": round(self.duration_s, 3),
+            "exit_status": self.exit_status,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: Step
+    record: StepRecord
+
+
+Event = Observed | StepStarting | Waiting | StepDone
+
+
+@dataclass(frozen=True)
+class ConfirmRequest:
+    step: Step
+    commands: tuple[str, ...]
+
+
+@dataclass
+class RunReport:
+    runbook: Runbook
+    before: Observed | None = None
+    after: Observed | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    reached_by: str | None = None  # the step after which the goal held
+    declined: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.after is not None and all_ok(self.after.results) and not self.declined
+
+    @property
+    def failing(self) -> tuple[CheckResult, ...]:
+        results = self.after.results if self.after else ()
+        return tuple(r for r in results if not r.ok)
+
+
+class Declined(Exception):
+    """The operator said no (or could not be asked)."""
+
+
+# -- the runner -----------------------------------------------------------------------------
+
+
+class Runner:
+    def __init__(
+        self,
+        runbook: Runbook,
+        params: Mapping[str, Any],
+        transport: Transport,
+        *,
+        on_event: Callable[[Event], None] = lambda event: None,
+        confirm: Callable[[ConfirmRequest], bool] = lambda request: False,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runbook = runbook
+        self.params = dict(params)
+        self.transport = transport
+        self.on_event = on_event
+        self.confirm = confirm
+        self.clock = clock
+        self.sleep = sleep
+        self.wall_clock = wall_clock
+
+    # -- observing and checking -----------------------------------------------------------
+
+    def render(self, template: Template, item: Any = None) -> str:
+        def lookup(name: str) -> Any:
+            if name.startswith("item."):
+                return getattr(item, name[5:])
+            return self.params[name]
+
+        return template.render(lookup)
+
+    def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        wanted = list(self.runbook.observations) if names is None else list(names)
+        return {name: self._observe_one(name) for name in wanted}
+
+    def _observe_one(self, name: str) -> Any:
+        observation = self.runbook.observations[name]
+        command = self.render(observation.command)
+        result = self.transport.run(command, observation.timeout, as_root=observation.root)
+        if result.timed_out:
+            return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
+        parser = PARSERS[observation.parser]
+        status = result.exit_status if result.exit_status is not None else -1
+        if status != 0 and parser.tool != "nvidia-smi":
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
+            return Unavailable(reason)
+        try:
+            return parser.parse(result.stdout, status, command)
+        except ParseError as error:
+            return Unavailable(str(error), getattr(error, "condition", "unparsable"))
+
+    def observations_for(self, check_names: Iterable[str]) -> list[str]:
+        needed: list[str] = []
+        for name in check_names:
+            for observation in sorted(self.runbook.checks[name].observations()):
+                if observation in self.runbook.observations and observation not in needed:
+                    needed.append(observation)
+        return needed
+
+    def check(self, check_names: Sequence[str]) -> tuple[dict[str, Any], list[CheckResult]]:
+        state = self.observe(self.observations_for(check_names))
+        return state, evaluate_checks(check_names, self.runbook, state, self.params)
+
+    def check_goal(self, label: str) -> Observed:
+        state = self.observe()
+        results = evaluate_checks(self.runbook.goal, self.runbook, state, self.params)
+        observed = Observed(label, state, tuple(results))
+        self.on_event(observed)
+        return observed
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self, *, from_step: str | None = None, dry_run: bool = False) -> RunReport:
+        report = RunReport(self.runbook)
+        report.before = self.check_goal("before")
+        steps = list(self.runbook.steps)
+        if from_step is not None:
+            steps = steps[[s.id for s in steps].index(from_step) :]
+        last_executed: str | None = None
+        for number, step in enumerate(steps, start=1):
+            record = self._step(step, number, len(steps), dry_run)
+            report.steps.append(record)
+            self.on_event(StepDone(step, record))
+            if record.status == "declined":
+                report.declined = True
+                break
+            goal_skip = record.status == "skipped" and set(self.runbook.goal) <= set(step.skip_if)
+            if goal_skip and last_executed and report.reached_by is None:
+                # A rung skipped because the goal holds: the rung before it did the work.
+                report.reached_by = last_executed
+            if record.status not in {"skipped", "planned"}:
+                last_executed = step.id
+            if record.status in {"failed", "timed_out"} and step.on_failure == "stop":
+                break
+        report.after = self.check_goal("after")
+        if report.ok and report.reached_by is None:
+            report.reached_by = last_executed
+        return report
+
+    def _step(self, step: Step, number: int, total: int, dry_run: bool) -> StepRecord:
+        started, t0 = self.wall_clock(), self.clock()
+
+        def record(status: str, message: str = "", **extra: Any) -> StepRecord:
+            return StepRecord(step.id, status, started, self.clock() - t0, message=message, **extra)
+
+        if step.skip_if:
+            _, results = self.check(step.skip_if)
+            if all_ok(results):
+                return record("skipped", "already holds: " + ", ".join(step.skip_if))
+        items: list[Any] = [None]
+        if step.for_each_failing:
+            state = self.observe(self.observations_for([step.for_each_failing]))
+            check = self.runbook.checks[step.for_each_failing]
+            result = evaluate_check(check, self.runbook, state, self.params)
+            if result.ok:
+                return record("skipped", f"nothing to act on: {check.name} holds")
+            items = list(result.failing)
+        commands = tuple(self.render(step.run, item) for item in items) if step.run else ()
+        self.on_event(StepStarting(step, number, total, commands))
+        if dry_run:
+            return record("planned", "dry run: not executed", commands=commands)
+        if step.destructive and commands and not self.confirm(ConfirmRequest(step, commands)):
+            return record("declined", "the operator declined", commands=commands)
+        results: list[CommandResult] = []
+        for command in commands:
+            result = self.transport.run(command, step.timeout, as_root=step.root)
+            results.append(result)
+            if result.timed_out:
+                return record(
+                    "timed_out",
+                    f"timed out after {step.timeout:g}s and was ended on the host",
+                    commands=commands,
+                    results=tuple(results),
+                )
+            if result.exit_status not in step.ok_exit:
+                return record(
+                    "failed",
+                    _failure_message(result, step),
+                    exit_status=result.exit_status,
+                    commands=commands,
+                    results=tuple(results),
+                )
+        exit_status = results[-1].exit_status if results else None
+        if step.wait is not None:
+            waited, failing = self._wait(step)
+            if not waited:
+                message = f"still not true after {step.wait.timeout:g}s: " + "; ".join(
+                    r.message for r in failing
+                )
+                return record(
+                    "failed",
+                    message,
+                    exit_status=exit_status,
+                    commands=commands,
+                    results=tuple(results),
+                )
+        return record("ok", exit_status=exit_status, commands=commands, results=tuple(results))
+
+    def _wait(self, step: Step) -> tuple[bool, tuple[CheckResult, ...]]:
+        """Poll the step's wait condition until it holds or its deadline passes."""
+        assert step.wait is not None
+        start = self.clock()
+        deadline = start + step.wait.timeout
+        while True:
+            _, results = self.check(step.wait.until)
+            failing = tuple(r for r in results if not r.ok)
+            if not failing:
+                return True, ()
+            now = self.clock()
+            self.on_event(Waiting(step, failing, now - start, step.wait.timeout))
+            if now >= deadline:
+                return False, failing
+            self.sleep(min(step.wait.interval, deadline - now))
+
+
+def _failure_message(result: CommandResult, step: Step) -> str:
+    tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
+    message = f"exit status {result.exit_status}"
+    if any("a password is required" in line or "sudo:" in line for line in tail):
+        message += " (needs root: sudo -n was refused; log in as root or allow this user sudo without a password)"
+    if tail:
+        message += ": " + " | ".join(line.strip() for line in tail)
+    return message

@@ -1,0 +1,208 @@
+"""What a simulated host prints: nvidia-smi (query CSV, table, reset, errors) and free.
+
+Formats follow real captures (tests/fixtures/): CSV fields joined by ", ",
+units in the header as " [MiB]" and on the values as " MiB", the 590-driver
+table 91 columns wide, procps-ng 4.x ``free`` columns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from runbook_runner.simhost.model import SimGpu, SimHost, SimProcess
+
+DRIVER_NOT_LOADED = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
+)
+
+# query field -> (unit, value)
+_GPU_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu], str]]] = {
+    "index": ("", lambda h, g: str(g.index)),
+    "name": ("", lambda h, g: g.name),
+    "gpu_name": ("", lambda h, g: g.name),
+    "uuid": ("", lambda h, g: g.uuid),
+    "gpu_uuid": ("", lambda h, g: g.uuid),
+    "pci.bus_id": ("", lambda h, g: g.bus_id),
+    "gpu_bus_id": ("", lambda h, g: g.bus_id),
+    "memory.used": ("MiB", lambda h, g: str(h.used_mib(g))),
+    "memory.total": ("MiB", lambda h, g: str(g.memory_total_mib)),
+    "memory.free": ("MiB", lambda h, g: str(max(0, g.memory_total_mib - h.used_mib(g)))),
+    "persistence_mode": ("", lambda h, g: "Enabled" if g.persistence else "Disabled"),
+    "temperature.gpu": ("", lambda h, g: str(g.temperature_c)),
+    "utilization.gpu": ("%", lambda h, g: "0"),
+    "driver_version": ("", lambda h, g: h.driver_version),
+    "count": ("", lambda h, g: str(len(h.gpus))),
+}
+
+_APP_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu, SimProcess], str]]] = {
+    "pid": ("", lambda h, g, p: str(p.pid)),
+    "process_name": ("", lambda h, g, p: p.cmdline.split()[0] if p.cmdline else "[Unknown]"),
+    "name": ("", lambda h, g, p: p.cmdline.split()[0] if p.cmdline else "[Unknown]"),
+    "used_gpu_memory": ("MiB", lambda h, g, p: str(p.gpu_mib[str(g.index)])),
+    "used_memory": ("MiB", lambda h, g, p: str(p.gpu_mib[str(g.index)])),
+    "gpu_uuid": ("", lambda h, g, p: g.uuid),
+    "gpu_bus_id": ("", lambda h, g, p: g.bus_id),
+    "gpu_name": ("", lambda h, g, p: g.name),
+    "gpu_serial": ("", lambda h, g, p: "[N/A]"),
+    "timestamp": ("", lambda h, g, p: time.strftime("%Y/%m/%d %H:%M:%S.000")),
+}
+
+
+class QueryError(Exception):
+    """nvidia-smi refused the query; ``str()`` is what it prints."""
+
+
+def _header_cell(name: str, unit: str) -> str:
+    return f"{name} [{unit}]" if unit else name
+
+
+def _value_cell(value: str, unit: str, units: bool) -> str:
+    return f"{value} {unit}" if unit and units and not value.startswith("[") else value
+
+
+def _check_fields(fields: list[str], known: dict[str, object]) -> None:
+    for name in fields:
+        if name not in known:
+            raise QueryError(f'Field "{name}" is not a valid field to query.\n\n')
+
+
+def query_gpu(
+    host: SimHost, fields: list[str], header: bool, units: bool, ids: list[int] | None = None
+) -> str:
+    _check_fields(fields, _GPU_FIELDS)
+    lines = []
+    if header:
+        lines.append(", ".join(_header_cell(f, _GPU_FIELDS[f][0]) for f in fields))
+    for gpu in host.gpus:
+        if ids is not None and gpu.index not in ids:
+            continue
+        cells = [
+            _value_cell(_GPU_FIELDS[f][1](host, gpu), _GPU_FIELDS[f][0], units) for f in fields
+        ]
+        lines.append(", ".join(cells))
+    return "".join(line + "\n" for line in lines)
+
+
+def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bool) -> str:
+    _check_fields(fields, _APP_FIELDS)
+    lines = []
+    if header:
+        lines.append(", ".join(_header_cell(f, _APP_FIELDS[f][0]) for f in fields))
+    for gpu in host.gpus:
+        for process in host.processes:
+            if str(gpu.index) in process.gpu_mib:
+                cells = [
+                    _value_cell(_APP_FIELDS[f][1](host, gpu, process), _APP_FIELDS[f][0], units)
+                    for f in fields
+                ]
+                lines.append(", ".join(cells))
+    return "".join(line + "\n" for line in lines)
+
+
+def reset_succeeded(gpu: SimGpu) -> str:
+    return f"GPU {gpu.bus_id} was successfully reset.\n"
+
+
+def reset_refused(gpu: SimGpu, reason: str) -> str:
+    return (
+        "The following GPUs could not be reset:\n"
+        f"  GPU {gpu.bus_id}: {reason}\n\n"
+        "1 device is currently being used by one or more other processes (e.g. Fabric Manager, "
+        "CUDA application, graphics application such as an X server, or a monitoring application "
+        "such as another instance of nvidia-smi). Please first kill all processes using this "
+        "device and all compute applications running in the system.\n"
+    )
+
+
+_RULE = (
+    "+-----------------------------------------+------------------------+----------------------+"
+)
+_WIDE = "+" + "-" * 89 + "+"
+
+
+def table(host: SimHost, now: float | None = None) -> str:
+    """The default nvidia-smi view, in the 590-driver layout (91 columns)."""
+    stamp = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(now))
+    head = f"NVIDIA-SMI {host.driver_version}"
+    driver = f"Driver Version: {host.driver_version}"
+    cuda = f"CUDA Version: {host.cuda_version}"
+    lines = [
+        f"{stamp}       ",
+        _WIDE,
+        f"| {head:<34}{driver:<31}{cuda:<23}|",
+        _RULE,
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|=========================================+========================+======================|",
+    ]
+    for gpu in host.gpus:
+        name = gpu.name if len(gpu.name) <= 27 else gpu.name[:24] + "..."
+        persistence = "On" if gpu.persistence else "Off"
+        memory = f"{host.used_mib(gpu)}MiB / {gpu.memory_total_mib}MiB"
+        lines += [
+            f"| {gpu.index:>3}  {name:<{33 - len(persistence)}}{persistence}  |"
+            f"   {gpu.bus_id} Off |{'Off':>21} |",
+            f"| 30%   {gpu.temperature_c}C    P8             22W /  600W |{memory:>23} |"
+            f"{'0%':>8}{'Default':>13} |",
+            f"|                                         |                        |{'N/A':>21} |",
+            _RULE,
+        ]
+    lines += [
+        "",
+        _WIDE,
+        "| Processes:" + " " * 78 + "|",
+        "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+        "|        ID   ID                                                               Usage      |",
+        "|" + "=" * 89 + "|",
+    ]
+    rows = [
+        (gpu.index, process, mib)
+        for gpu in host.gpus
+        for process in host.processes
+        if (mib := process.gpu_mib.get(str(gpu.index)))
+    ]
+    if not rows:
+        lines.append("|  No running processes found" + " " * 61 + "|")
+    for index, process, mib in rows:
+        name = process.cmdline.split()[0] if process.cmdline else ""
+        name = name if len(name) <= 36 else "..." + name[-33:]  # nvidia-smi cuts on the left
+        lines.append(f"|{index:>5}   N/A  N/A {process.pid:>15}      C   {name:<36}{mib:>7}MiB |")
+    lines.append(_WIDE)
+    return "\n".join(lines) + "\n"
+
+
+# -- free ---------------------------------------------------------------------------
+
+
+def _human(value: int) -> str:
+    """procps-ng 4.x -h: binary suffixes, one decimal below 10, zero as 0B."""
+    if value == 0:
+        return "0B"
+    for suffix, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
+        scaled = value / 1024**power
+        if scaled >= 1:
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{round(scaled)}{suffix}"
+    return f"{value}B"
+
+
+def free(host: SimHost, divisor: int = 1024, human: bool = False) -> str:
+    """``free`` as procps-ng 4.x prints it (used = total - available)."""
+    total = host.memory_total_bytes
+    available = host.host_available_bytes()
+    used = total - available
+    buff_cache = min(host.buff_cache_bytes, available)
+    free_bytes = max(0, total - used - buff_cache)
+    values = [total, used, free_bytes, host.shared_bytes, buff_cache, available]
+
+    def cell(value: int) -> str:
+        return _human(value) if human else str(value // divisor)
+
+    header = f"{'':<9}{'total':>11}" + "".join(
+        f" {name:>11}" for name in ("used", "free", "shared", "buff/cache", "available")
+    )
+    mem = f"{'Mem:':<9}{cell(values[0]):>11}" + "".join(f" {cell(v):>11}" for v in values[1:])
+    swap = f"{'Swap:':<9}{cell(0):>11}" + "".join(f" {cell(0):>11}" for _ in range(2))
+    return f"{header}\n{mem}\n{swap}\n"

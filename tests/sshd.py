@@ -1,0 +1,265 @@
+"""A real OpenSSH sshd on 127.0.0.1 for the tests, with a stand-in GPU host behind it.
+
+Each server gets its own host key and a pinned known_hosts line; the client
+key is authorised for one login user. When the tests run as root that user is
+a dedicated unprivileged account with /bin/sh as its shell: its commands
+cannot signal or change anything of the real machine's, and its shell starts
+fast (root's login shell here sources a slow .bashrc). Commands that change a
+machine are shadowed on its PATH by recording stand-ins (runbook_runner.simhost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import runbook_runner
+from runbook_runner.simhost import standin
+from runbook_runner.simhost.model import SimHost, eight_gpu_server
+
+SSHD = "/usr/sbin/sshd"
+TEST_USER = "rbr-test"
+STANDINS = sorted({*standin.HANDLERS, "sim-server"})
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
+    """Poll ``condition`` until it is truthy or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _login_user() -> str:
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/",
+                "--shell",
+                "/bin/sh",
+                TEST_USER,
+            ],
+            check=True,
+        )
+    # Without PAM, sshd refuses a locked account ("!" in shadow): "*" is no password, unlocked.
+    subprocess.run(["usermod", "--password", "*", "--home", "/", TEST_USER], check=True)
+    return TEST_USER
+
+
+def _python_for(user: str) -> str:
+    """An interpreter the login user can run (root's pyenv lives under /root, mode 0700)."""
+    for candidate in ("/usr/bin/python3", sys.executable):
+        if os.path.exists(candidate) and (os.geteuid() != 0 or not candidate.startswith("/root")):
+            return candidate
+    return sys.executable
+
+
+def keygen(path: Path, comment: str, passphrase: str = "") -> str:
+    """Make an ed25519 key pair; returns the public key line."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", comment, "-f", str(path)],
+        check=True,
+    )
+    return Path(f"{path}.pub").read_text()
+
+
+@dataclass
+class TestHost:
+    """One running sshd and the simulated GPU host it fronts."""
+
+    port: int
+    root: Path
+    user: str
+    client_key: Path
+    known_hosts: Path
+    host_public_key: str
+    process: subprocess.Popen = field(repr=False)
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "sim" / "state.json"
+
+    @property
+    def calls_file(self) -> Path:
+        return self.root / "sim" / "calls.log"
+
+    def set_state(self, host: SimHost) -> None:
+        host.save(self.state_file)
+        shutil.chown(self.state_file, self.user) if os.geteuid() == 0 else None
+
+    def state(self) -> SimHost:
+        return SimHost.load(self.state_file)
+
+    def calls(self) -> list[list[str]]:
+        if not self.calls_file.exists():
+            return []
+        return [json.loads(line)["argv"] for line in self.calls_file.read_text().splitlines()]
+
+    def clear_calls(self) -> None:
+        self.calls_file.write_text("")
+
+    def cli_args(self) -> list[str]:
+        return [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--user",
+            self.user,
+            "-i",
+            str(self.client_key),
+            "--known-hosts",
+            str(self.known_hosts),
+        ]
+
+    def ssh(self, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
+        """Run a command through OpenSSH's client (to set up scenarios, not under test)."""
+        return subprocess.run(
+            [
+                "ssh",
+                "-p",
+                str(self.port),
+                "-i",
+                str(self.client_key),
+                "-o",
+                f"UserKnownHostsFile={self.known_hosts}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"{self.user}@127.0.0.1",
+                command,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        # Stand-in servers started over SSH live in their own sessions: end them too.
+        if self.state_file.exists():
+            for process in self.state().processes:
+                with contextlib.suppress(OSError):
+                    os.kill(process.pid, 9)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_test_host(extra_config: str = "") -> TestHost:
+    user = _login_user()
+    root = Path(tempfile.mkdtemp(prefix="rbr-sshd-"))
+    root.chmod(0o755)
+    for sub in ("bin", "lib", "sim", "keys"):
+        (root / sub).mkdir()
+    (root / "keys").chmod(0o700)
+    host_key = root / "keys" / "host_ed25519"
+    client_key = root / "keys" / "client_ed25519"
+    host_public = keygen(host_key, "rbr-test-host")
+    client_public = keygen(client_key, "rbr-test-client")
+    authorized = root / "authorized_keys"
+    authorized.write_text(client_public)
+    authorized.chmod(0o644)
+
+    # The stand-ins: the simulator package copied where the login user can read it.
+    package = Path(runbook_runner.__file__).parent
+    target = root / "lib" / "runbook_runner"
+    target.mkdir()
+    shutil.copy(package / "__init__.py", target)
+    shutil.copytree(
+        package / "simhost", target / "simhost", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    python = _python_for(user)
+    for name in STANDINS:
+        wrapper = root / "bin" / name
+        wrapper.write_text(
+            f'#!/bin/sh\nPYTHONPATH={root / "lib"} exec {python} -S -B -m runbook_runner.simhost.standin {name} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+    sim = root / "sim"
+    if os.geteuid() == 0:
+        shutil.chown(sim, user)
+    port = free_port()
+    config = root / "sshd_config"
+    path = f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+    config.write_text(
+        f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+PidFile {root / "sshd.pid"}
+AuthorizedKeysFile {authorized}
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+AllowUsers {user}
+AllowTcpForwarding yes
+MaxSessions 200
+MaxStartups 100
+PrintMotd no
+LogLevel ERROR
+SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"}
+{extra_config}
+"""
+    )
+    Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
+    process = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"sshd exited: {process.stderr.read().decode() if process.stderr else ''}"
+            )
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    wait_for(listening, 10, "sshd to listen")
+    known_hosts = root / "known_hosts"
+    key_type, key_data = host_public.split()[:2]
+    known_hosts.write_text(f"[127.0.0.1]:{port} {key_type} {key_data}\n")
+    test_host = TestHost(port, root, user, client_key, known_hosts, host_public, process)
+    test_host.set_state(eight_gpu_server())
+    test_host.calls_file.touch()
+    if os.geteuid() == 0:
+        shutil.chown(test_host.calls_file, user)
+    return test_host
