@@ -206,8 +206,12 @@ class Runner:
             if record.status == "declined":
                 report.declined = True
                 break
-            goal_skip = record.status == "skipped" and set(self.runbook.goal) <= set(step.skip_if)
-            if goal_skip and last_executed and report.reached_by is None:
+            goal = set(self.runbook.goal)
+            waited_for_goal = record.status == "ok" and step.wait and goal <= set(step.wait.until)
+            skipped_for_goal = record.status == "skipped" and goal <= set(step.skip_if)
+            if report.reached_by is None and waited_for_goal:
+                report.reached_by = step.id
+            elif report.reached_by is None and skipped_for_goal and last_executed:
                 # A rung skipped because the goal holds: the rung before it did the work.
                 report.reached_by = last_executed
             if record.status not in {"skipped", "planned"}:

@@ -59,12 +59,17 @@ def fingerprint(key: paramiko.PKey) -> str:
 class TailBuffer:
     """Keeps the last ``limit`` bytes of a stream and counts all of them."""
 
+    HEAD = 256  # the first bytes are kept too: they carry the process-group mark
+
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.size = 0
+        self.head = b""
         self._data = bytearray()
 
     def add(self, chunk: bytes) -> None:
+        if len(self.head) < self.HEAD:
+            self.head += chunk[: self.HEAD - len(self.head)]
         self.size += len(chunk)
         self._data += chunk
         if len(self._data) > 2 * self.limit:
@@ -382,18 +387,21 @@ class SshTransport:
             ) from None
         finally:
             channel.close()
-        stderr_text, pgid = _strip_pgid_mark(err.bytes().decode("utf-8", "replace"))
+        pgid, mark_size = _pgid_mark(err.head)
+        stderr_bytes = err.bytes()
+        if not err.truncated:  # the mark is still at the front of what we kept
+            stderr_bytes = stderr_bytes[mark_size:]
         if timed_out and pgid:
             self._end_process_group(pgid, as_root and not self.is_root)
         return CommandResult(
             command=command,
             exit_status=exit_status,
             stdout=out.bytes().decode("utf-8", "replace"),
-            stderr=stderr_text,
+            stderr=stderr_bytes.decode("utf-8", "replace"),
             duration_s=time.monotonic() - started,
             timed_out=timed_out,
             stdout_size=out.size,
-            stderr_size=max(0, err.size - len(_PGID_MARK) - len(pgid or "") - 1),
+            stderr_size=err.size - mark_size,
         )
 
     def _open_channel(self) -> paramiko.Channel:
@@ -408,11 +416,12 @@ class SshTransport:
             ) from None
 
     def _end_process_group(self, pgid: str, use_sudo: bool) -> None:
+        # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept.
         group = f"-{int(pgid)}"
         script = (
-            f"kill -TERM -- {group} 2>/dev/null; i=0; "
-            f"while kill -0 -- {group} 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; "
-            f"kill -KILL -- {group} 2>/dev/null; true"
+            f"kill -TERM {group} 2>/dev/null; i=0; "
+            f"while kill -0 {group} 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; "
+            f"kill -KILL {group} 2>/dev/null; true"
         )
         if use_sudo:
             script = f"sudo -n sh -c {quote(script)}"
@@ -475,9 +484,10 @@ def _drain(
             select.select([channel], [], [], min(remaining, 0.5))
 
 
-def _strip_pgid_mark(stderr: str) -> tuple[str, str | None]:
-    first, _newline, rest = stderr.partition("\n")
-    if first.startswith(_PGID_MARK):
-        pgid = first[len(_PGID_MARK) :].strip()
-        return rest, pgid if pgid.isdigit() else None
-    return stderr, None
+def _pgid_mark(head: bytes) -> tuple[str | None, int]:
+    """The process group announced on stderr's first line, and that line's size."""
+    first, newline, _ = head.partition(b"\n")
+    if newline and first.startswith(_PGID_MARK.encode()):
+        pgid = first[len(_PGID_MARK) :].decode("ascii", "replace").strip()
+        return (pgid if pgid.isdigit() else None), len(first) + 1
+    return None, 0

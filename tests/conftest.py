@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +28,51 @@ def in_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("RUNBOOK_PATH", raising=False)
     return REPO
+
+
+@pytest.fixture(scope="session")
+def sshd_host():
+    """A real sshd on 127.0.0.1 fronting a simulated 8-GPU server (one per xdist worker)."""
+    from sshd import start_test_host
+
+    host = start_test_host()
+    yield host
+    host.stop()
+
+
+@pytest.fixture
+def gpu_host(sshd_host):
+    """The test host, reset to an idle 8-GPU server with no calls recorded."""
+    from runbook_runner.simhost.model import eight_gpu_server
+
+    for process in sshd_host.state().processes:
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, 9)
+    sshd_host.set_state(eight_gpu_server())
+    sshd_host.clear_calls()
+    return sshd_host
+
+
+@pytest.fixture
+def connect(gpu_host):
+    """Open an SshTransport to the test host; closed after the test."""
+    from runbook_runner.transport import SshTransport, resolve_target
+
+    opened = []
+
+    def open_transport(**overrides):
+        options = {
+            "port": gpu_host.port,
+            "user": gpu_host.user,
+            "identity_files": [str(gpu_host.client_key)],
+            "known_hosts": gpu_host.known_hosts,
+            "connect_timeout": 5.0,
+        }
+        options.update(overrides)
+        transport = SshTransport(resolve_target("127.0.0.1", **options)).connect()
+        opened.append(transport)
+        return transport
+
+    yield open_transport
+    for transport in opened:
+        transport.close()

@@ -11,6 +11,7 @@ machine are shadowed on its PATH by recording stand-ins (runbook_runner.simhost)
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -53,6 +54,13 @@ def free_port() -> int:
 def _login_user() -> str:
     if os.geteuid() != 0:
         return pwd.getpwuid(os.geteuid()).pw_name
+    # pytest-xdist workers start their sshd at the same time: create the user once.
+    with open("/tmp/rbr-test-user.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_test_user()
+
+
+def _ensure_test_user() -> str:
     try:
         pwd.getpwnam(TEST_USER)
     except KeyError:
@@ -123,6 +131,13 @@ class TestHost:
             return []
         return [json.loads(line)["argv"] for line in self.calls_file.read_text().splitlines()]
 
+    def log(self) -> str:
+        return (self.root / "sshd.log").read_text()
+
+    def logins(self) -> int:
+        """Authenticated connections so far (sshd logs one line for each at VERBOSE)."""
+        return self.log().count("Accepted publickey for")
+
     def clear_calls(self) -> None:
         self.calls_file.write_text("")
 
@@ -181,6 +196,7 @@ class TestHost:
 
 
 def start_test_host(extra_config: str = "") -> TestHost:
+    """Start one; ``extra_config`` goes first, so it wins over the defaults (first match wins)."""
     user = _login_user()
     root = Path(tempfile.mkdtemp(prefix="rbr-sshd-"))
     root.chmod(0o755)
@@ -217,7 +233,8 @@ def start_test_host(extra_config: str = "") -> TestHost:
     config = root / "sshd_config"
     path = f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin"
     config.write_text(
-        f"""Port {port}
+        f"""{extra_config}
+Port {port}
 ListenAddress 127.0.0.1
 HostKey {host_key}
 PidFile {root / "sshd.pid"}
@@ -232,21 +249,18 @@ AllowTcpForwarding yes
 MaxSessions 200
 MaxStartups 100
 PrintMotd no
-LogLevel ERROR
+LogLevel VERBOSE
 SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"}
-{extra_config}
 """
     )
     Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
-    process = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    # sshd's log goes to a file: a pipe nobody reads would fill up and stall it.
+    with (root / "sshd.log").open("w") as log:
+        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
 
     def listening() -> bool:
         if process.poll() is not None:
-            raise AssertionError(
-                f"sshd exited: {process.stderr.read().decode() if process.stderr else ''}"
-            )
+            raise AssertionError(f"sshd exited: {(root / 'sshd.log').read_text()}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return True
