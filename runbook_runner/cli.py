@@ -298,7 +298,9 @@ def _printer(out: _Output, runbook: Runbook) -> Callable[[Event], None]:
             for result in event.record.results:
                 printed = (result.stdout + result.stderr).rstrip().splitlines()
                 if len(printed) > OUTPUT_LINES:
-                    out.line(out.style(f"        | ... {len(printed) - OUTPUT_LINES} lines above", "dim"))
+                    out.line(
+                        out.style(f"        | ... {len(printed) - OUTPUT_LINES} lines above", "dim")
+                    )
                 for text in printed[-OUTPUT_LINES:]:
                     out.line(out.style(f"        | {text}", "dim"))
 

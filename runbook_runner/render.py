@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from runbook_runner.expect import CheckResult
 from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.runbook import Runbook, Step
-from runbook_runner.runner import StepRecord, Waiting
+
+if TYPE_CHECKING:
+    from runbook_runner.expect import CheckResult
+    from runbook_runner.runner import StepRecord, Waiting
 
 
 def use_colour(stream: IO[str]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runbook_runner.errors import ParseError
 from runbook_runner.expect import CheckResult, State, all_ok, evaluate_check, evaluate_checks
@@ -18,7 +18,9 @@ from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
 from runbook_runner.runbook import Runbook, Step
 from runbook_runner.template import Template
-from runbook_runner.transport import CommandResult
+
+if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
+    from runbook_runner.transport import CommandResult
 
 
 class Transport(Protocol):

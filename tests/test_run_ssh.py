@@ -294,3 +294,46 @@ def test_wait_progress_says_what_is_still_wrong(gpu_host, capsys, tmp_path):
     assert code == ExitCode.GOAL_NOT_MET
     assert "waiting 0s of 1s: GPU 0: memory.used 96,413 MiB, expected < 100 MiB" in out
     assert "still not true after 0.6s" in out
+
+
+def _run_on_a_terminal(host, answers: str, *extra: str) -> subprocess.CompletedProcess:
+    """The CLI with a real terminal as stdin (a pty), the answers typed ahead."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    os.write(controller, answers.encode())
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "runbook_runner", "run", MINI, *host.cli_args(), *extra],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+
+
+def test_prompt_names_the_host_and_command_and_no_stops_the_run(gpu_host):
+    crash(gpu_host)
+    result = _run_on_a_terminal(gpu_host, "n\n")
+    assert result.returncode == ExitCode.DECLINED
+    assert (
+        f"DESTRUCTIVE, affects process, on 127.0.0.1:{gpu_host.port} as {gpu_host.user}"
+        in result.stdout
+    )
+    assert "$ pkill -TERM -f sglang" in result.stdout
+    assert "stopped: declined step 'stop-server'" in result.stdout
+    assert destructive_calls(gpu_host) == []
+
+
+def test_prompt_answered_yes_runs_the_step(gpu_host):
+    crash(gpu_host)
+    result = _run_on_a_terminal(gpu_host, "y\ny\ny\ny\ny\n")
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    assert ["pkill", "-TERM", "-f", "sglang"] in gpu_host.calls()
+    assert "\x1b[" not in result.stdout  # NO_COLOR
