@@ -469,13 +469,10 @@ def _drain(
         while channel.recv_stderr_ready():
             err.add(channel.recv_stderr(65536))
             progressed = True
-        if (
-            channel.exit_status_ready()
-            and not channel.recv_ready()
-            and not channel.recv_stderr_ready()
-        ):
-            return out, err, False
-        if channel.closed or (channel.eof_received and channel.exit_status_ready()):
+        # sshd may report the exit status before the last of the output: the end is
+        # EOF (after all data on both streams) plus the status, with nothing left to read.
+        finished = channel.closed or (channel.eof_received and channel.exit_status_ready())
+        if finished and not channel.recv_ready() and not channel.recv_stderr_ready():
             return out, err, False
         remaining = deadline - time.monotonic()
         if remaining <= 0:
