@@ -246,11 +246,23 @@ class _Confirmer:
 
     def __init__(self, args: argparse.Namespace, out: _Output, host: str) -> None:
         self.yes, self.out, self.host = args.yes, out, host
+        self.allow_reboot = args.allow_reboot
         self.refusal: str | None = None
+        self.reboot_blocked = False
 
     def __call__(self, request: ConfirmRequest) -> bool:
         step = request.step
-        if self.yes:
+        if step.reboots:
+            if self.allow_reboot:
+                return True
+            if not sys.stdin.isatty():
+                self.reboot_blocked = True
+                self.refusal = (
+                    f"step {step.id!r} reboots the host, which needs --allow-reboot "
+                    "(or a terminal to confirm it); not rebooting"
+                )
+                return False
+        elif self.yes:
             return True
         if not sys.stdin.isatty():
             self.refusal = (
@@ -278,7 +290,7 @@ class _Confirmer:
 
 
 def _printer(out: _Output, runbook: Runbook) -> Callable[[Event], None]:
-    from runbook_runner.runner import StepDone, StepStarting, Waiting
+    from runbook_runner.runner import Reconnecting, StepDone, StepStarting, Waiting
 
     numbers: dict[str, tuple[int, int]] = {}
 
@@ -287,6 +299,10 @@ def _printer(out: _Output, runbook: Runbook) -> Callable[[Event], None]:
             numbers[event.step.id] = (event.number, event.total)
         elif isinstance(event, Waiting):
             out.live(render.wait_line(event))
+        elif isinstance(event, Reconnecting):
+            out.live(
+                f"      waiting for the host to come back: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
+            )
         elif isinstance(event, StepDone):
             number, total = numbers.get(event.step.id, (0, len(runbook.steps)))
             if not number:
@@ -315,7 +331,13 @@ def _closing(out: _Output, report: RunReport, host: str, confirmer: _Confirmer) 
         out.line(out.style("After:", "bold"))
         out.line(render.gpu_table(runbook, report.after.state))
         out.line(render.check_lines(report.after.results, runbook, out.style))
-    if report.declined:
+    if report.declined and confirmer.reboot_blocked:
+        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
+        step = next(r.id for r in report.steps if r.status == "declined")
+        out.line(
+            f"  next: reboot the host: runbook run {runbook.name} --host ... --from {step} --allow-reboot"
+        )
+    elif report.declined:
         out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
     elif report.ok:
         how = (
@@ -370,7 +392,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     if report.declined:
-        return ExitCode.DECLINED
+        # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
+        return ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
     if args.dry_run:
         return ExitCode.OK
     return ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
@@ -476,6 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
+    run.add_argument(
+        "--allow-reboot",
+        action="store_true",
+        help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
+    )
     return parser
 
 

@@ -68,6 +68,7 @@ class _Context:
 
     def __init__(self, runbook: Runbook, state: State, params: Mapping[str, Any], item: Any = None):
         self.runbook, self.state, self.params, self.item = runbook, state, params, item
+        self._lets: dict[str, Any] = {}
 
     def observed(self, name: str) -> Any:
         value = self.state.get(name)
@@ -85,6 +86,10 @@ class _Context:
             return getattr(self.observed(head), field)
         if name in self.runbook.observations:
             return self.observed(name)
+        if name in self.runbook.let:
+            if name not in self._lets:
+                self._lets[name] = expr.evaluate(self.runbook.let[name].tree, self.resolve)
+            return self._lets[name]
         return self.params[name]
 
     def unit_and_label(self, node: expr.Node) -> tuple[str, str] | None:
@@ -184,7 +189,8 @@ def evaluate_check(
             missing.reason,
             f"{subject}: cannot tell: {missing.reason}",
         )
-    return CheckResult(check.name, verdict.ok, verdict.expected, verdict.found, verdict.message)
+    message = explained(check, context) or verdict.message
+    return CheckResult(check.name, verdict.ok, verdict.expected, verdict.found, message)
 
 
 def _subject_of(check: Check, runbook: Runbook) -> str:
@@ -203,11 +209,12 @@ def _every(
     assert check.expect is not None
     failing, messages, found = [], [], []
     for item in items:
-        verdict = _judge(check.expect, _Context(runbook, state, params, item), item.describe())
+        context = _Context(runbook, state, params, item)
+        verdict = _judge(check.expect, context, item.describe())
         found.append(f"{item.describe()}: {verdict.found}")
         if not verdict.ok:
             failing.append(item)
-            messages.append(verdict.message)
+            messages.append(explained(check, context) or verdict.message)
     expected = f"every {check.every}: {check.expect.source}"
     if not items:
         return CheckResult(
@@ -250,6 +257,36 @@ def _none(
     found = ", ".join(item.describe() for item in matching)
     message = f"{found}: expected none ({check.description})"
     return CheckResult(check.name, False, expected, found, message, tuple(matching))
+
+
+def format_value(value: Any) -> str:
+    """A number for a sentence: 2,400 / 47.3 / 0.93; true/false; text as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value.is_integer() or abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def explained(check: Check, context: _Context) -> str | None:
+    """The check's own ``explain`` text with its values in, or None (then the generic message)."""
+    if check.explain is None:
+        return None
+    pieces = []
+    try:
+        for part in check.explain.parts:
+            if isinstance(part, str):
+                pieces.append(part)
+            else:
+                pieces.append(format_value(expr.evaluate(part[1], context.resolve)))
+    except (expr.EvalError, _Unavailable):
+        return None
+    text = " ".join("".join(pieces).split())
+    return f"{context.item.describe()}: {text}" if context.item is not None else text
 
 
 def evaluate_checks(

@@ -6,12 +6,14 @@
 
 Numbers, strings, true/false, names (``a`` or ``a.b``), ``+ - * / // %``,
 comparisons, ``and or not``, parentheses, and the functions ``count``,
-``min``, ``max`` and ``abs``. Parsed once at load time into a tree and
+``min``, ``max``, ``abs``, ``round``, ``floor``, ``gib``, ``gb``, ``matches``,
+``contains`` and ``coalesce``. Parsed once at load time into a tree and
 evaluated by walking it: there is no ``eval`` and no attribute access.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Iterator
@@ -42,10 +44,17 @@ class MissingValue(EvalError):
 
 
 FUNCTIONS: dict[str, tuple[int, int]] = {
-    "count": (1, 1),
+    "count": (1, 1),  # count(list observation)
     "min": (2, 8),
     "max": (2, 8),
     "abs": (1, 1),
+    "round": (1, 2),
+    "floor": (1, 1),
+    "gib": (1, 1),  # bytes -> GiB (2**30)
+    "gb": (1, 1),  # bytes -> GB (10**9)
+    "matches": (2, 2),  # matches(text, regex): a regular-expression search
+    "contains": (2, 2),  # contains(text, part)
+    "coalesce": (2, 8),  # the first argument the host (or the user) gave a value for
 }
 
 
@@ -332,11 +341,38 @@ def _call(node: Call, resolve: Resolver) -> Any:
         if not isinstance(items, (list, tuple)):
             raise EvalError(f"count() needs a list, {node.args[0].path} is not one")
         return len(items)
+    if node.function == "coalesce":
+        for arg in node.args:
+            try:
+                return evaluate(arg, resolve)
+            except MissingValue:
+                continue
+        raise MissingValue(" / ".join(n.path for n in names(node)) or "coalesce()")
     values = [evaluate(arg, resolve) for arg in node.args]
+    if node.function in {"matches", "contains"}:
+        text, pattern = values
+        if not isinstance(text, str) or not isinstance(pattern, str):
+            raise EvalError(f"{node.function}() needs two strings")
+        if node.function == "contains":
+            return pattern in text
+        try:
+            return re.search(pattern, text) is not None
+        except re.error as error:
+            raise EvalError(
+                f"matches(): {pattern!r} is not a regular expression: {error}"
+            ) from None
     for value in values:
         _need_number(value, node.function + "()")
     if node.function == "abs":
         return abs(values[0])
+    if node.function == "round":
+        return round(values[0], int(values[1]) if len(values) > 1 else None)
+    if node.function == "floor":
+        return math.floor(values[0])
+    if node.function == "gib":
+        return values[0] / 2**30
+    if node.function == "gb":
+        return values[0] / 10**9
     return min(values) if node.function == "min" else max(values)
 
 

@@ -106,7 +106,8 @@ def runbook_details(runbook: Runbook) -> str:
             out.append(_wrap(p.description, "      "))
     out += ["", "Observations:"]
     for o in runbook.observations.values():
-        out.append(f"  {o.name} [{o.parser}]: {o.command.source}")
+        where = "" if o.command else " (parsed here, not run)"
+        out.append(f"  {o.name} [{o.parser}]{where}: {o.source}")
     out += ["", "Checks (goal marked *):"]
     for c in runbook.checks.values():
         mark = "*" if c.name in runbook.goal else " "

@@ -13,7 +13,7 @@ import difflib
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from runbook_runner import expr, schema, yamlsource
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.observe import PARSERS
 from runbook_runner.semantics import check_meaning, value_problem
-from runbook_runner.template import Template
+from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Problem
 
 
@@ -52,20 +52,26 @@ class Parameter:
     choices: tuple[Any, ...] = ()
     pattern: str | None = None
     secret: bool = False
-
-    @property
-    def required(self) -> bool:
-        return self.default is None
+    required: bool = False  # no default at all: --set must give it (a null default is optional)
 
 
 @dataclass(frozen=True)
 class Observation:
+    """A command run on the host (or a text rendered here) and the parser of its output."""
+
     name: str
-    command: Template
+    command: Template | None
     parser: str
     description: str = ""
     timeout: float = 30.0
     root: bool = False
+    text: Template | None = None
+
+    @property
+    def source(self) -> str:
+        """What to show: the command, or the text that is parsed locally."""
+        template = self.command or self.text
+        return template.source if template else ""
 
     @property
     def record_type(self) -> type:
@@ -85,6 +91,7 @@ class Check:
     expect: Expression | None = None
     where: Expression | None = None
     hint: str = ""
+    explain: Interpolated | None = None  # replaces the generic message
 
     @property
     def over(self) -> str | None:
@@ -122,6 +129,7 @@ class Step:
     wait: Wait | None = None
     for_each_failing: str | None = None
     on_failure: str = "stop"
+    reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
 
 
 BLAST_RADIUS = ("none", "process", "service", "gpu", "node")
@@ -138,6 +146,7 @@ class Runbook:
     goal: tuple[str, ...]
     steps: tuple[Step, ...]
     when: str = ""
+    let: Mapping[str, Expression] = field(default_factory=dict)
     docs: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     path: str = ""
@@ -229,6 +238,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             type=spec["type"],
             description=spec["description"],
             default=spec.get("default"),
+            required="default" not in spec,
             min=spec.get("min"),
             max=spec.get("max"),
             choices=tuple(spec.get("choices", ())),
@@ -240,7 +250,8 @@ def _build(data: dict[str, Any]) -> Runbook:
     observations = {
         name: Observation(
             name=name,
-            command=Template(spec["command"]),
+            command=Template(spec["command"]) if "command" in spec else None,
+            text=Template(spec["text"]) if "text" in spec else None,
             parser=spec["parser"],
             description=spec.get("description", ""),
             timeout=spec.get("timeout", 30.0),
@@ -257,6 +268,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             expect=_expression(spec.get("expect")),
             where=_expression(spec.get("where")),
             hint=spec.get("hint", ""),
+            explain=Interpolated.parse(spec["explain"]) if "explain" in spec else None,
         )
         for name, spec in data["checks"].items()
     }
@@ -281,14 +293,19 @@ def _build(data: dict[str, Any]) -> Runbook:
             else None,
             for_each_failing=spec.get("for_each_failing"),
             on_failure=spec.get("on_failure", "stop"),
+            reboots=spec.get("reboots", False),
         )
-        for spec in data["steps"]
+        for spec in data.get("steps") or ()
     )
     return Runbook(
         name=data["name"],
         title=data["title"],
         summary=data["summary"].strip(),
         when=data.get("when", "").strip(),
+        let={
+            name: Expression(text, expr.parse(text))
+            for name, text in (data.get("let") or {}).items()
+        },
         docs=tuple(data.get("docs", ())),
         tags=tuple(data.get("tags", ())),
         parameters=parameters,
@@ -335,7 +352,7 @@ def _as_spec(parameter: Parameter) -> dict[str, Any]:
 
 def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, Any]:
     """Defaults overlaid with ``NAME=VALUE`` assignments, all checked."""
-    values = {name: p.default for name, p in runbook.parameters.items()}
+    values: dict[str, Any] = {name: p.default for name, p in runbook.parameters.items()}
     problems = []
     for assignment in assignments:
         name, equals, text = assignment.partition("=")
@@ -363,8 +380,8 @@ def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, An
                 problems.append(f"--set {name}={text}: {problem}")
             else:
                 values[name] = value
-    for name, value in values.items():
-        if value is None:
+    for name, parameter in runbook.parameters.items():
+        if parameter.required and values[name] is None:
             problems.append(f"parameter {name!r} has no default: give it with --set {name}=VALUE")
     if problems:
         raise ParameterError(problems)

@@ -7,12 +7,13 @@ goes to the ``on_event`` callback (the CLI, the journal) as it happens.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runbook_runner.errors import ParseError
+from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
 from runbook_runner.expect import CheckResult, State, all_ok, evaluate_check, evaluate_checks
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
@@ -29,6 +30,10 @@ class Transport(Protocol):
     def run(
         self, command: str, timeout: float, *, output_limit: int = ..., as_root: bool = False
     ) -> CommandResult: ...
+
+    def alive(self) -> bool: ...
+
+    def reconnect(self) -> object: ...
 
 
 # -- events ------------------------------------------------------------------------------
@@ -55,6 +60,17 @@ class Waiting:
     failing: tuple[CheckResult, ...]
     elapsed_s: float
     timeout_s: float
+
+
+@dataclass(frozen=True)
+class Reconnecting:
+    step: Step
+    elapsed_s: float
+    timeout_s: float
+
+
+REBOOT_GOES_DOWN_S = 120.0  # a reboot that has not dropped SSH by then did not happen
+REBOOT_COMES_BACK_S = 900.0  # default wait for SSH to answer again
 
 
 @dataclass(frozen=True)
@@ -85,7 +101,7 @@ class StepDone:
     record: StepRecord
 
 
-Event = Observed | StepStarting | Waiting | StepDone
+Event = Observed | StepStarting | Waiting | Reconnecting | StepDone
 
 
 @dataclass(frozen=True)
@@ -144,12 +160,16 @@ class Runner:
 
     # -- observing and checking -----------------------------------------------------------
 
-    def render(self, template: Template, item: Any = None) -> str:
+    def render(self, template: Template, item: Any = None, *, raw: bool = False) -> str:
+        """A command with its values quoted; ``raw`` leaves values as they are (local text)."""
+
         def lookup(name: str) -> Any:
             if name.startswith("item."):
                 return getattr(item, name[5:])
             return self.params[name]
 
+        if raw:
+            return template.fill(lookup)
         return template.render(lookup)
 
     def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
@@ -158,11 +178,18 @@ class Runner:
 
     def _observe_one(self, name: str) -> Any:
         observation = self.runbook.observations[name]
+        parser = PARSERS[observation.parser]
+        if observation.text is not None:  # a parameter to parse, not a command to run
+            text = self.render(observation.text, raw=True)
+            try:
+                return parser.parse(text, 0, text)
+            except ParseError as error:
+                return Unavailable(str(error), "unparsable")
+        assert observation.command is not None
         command = self.render(observation.command)
         result = self.transport.run(command, observation.timeout, as_root=observation.root)
         if result.timed_out:
             return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
-        parser = PARSERS[observation.parser]
         status = result.exit_status if result.exit_status is not None else -1
         if status != 0 and parser.tool != "nvidia-smi":
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -249,6 +276,8 @@ class Runner:
             return record("planned", "dry run: not executed", commands=commands)
         if step.destructive and commands and not self.confirm(ConfirmRequest(step, commands)):
             return record("declined", "the operator declined", commands=commands)
+        if step.reboots:
+            return self._reboot(step, commands, record)
         results: list[CommandResult] = []
         for command in commands:
             result = self.transport.run(command, step.timeout, as_root=step.root)
@@ -283,6 +312,42 @@ class Runner:
                     results=tuple(results),
                 )
         return record("ok", exit_status=exit_status, commands=commands, results=tuple(results))
+
+    def _reboot(
+        self, step: Step, commands: tuple[str, ...], record: Callable[..., StepRecord]
+    ) -> StepRecord:
+        """Send the reboot, see the host go down, reconnect when it is back, then wait as told."""
+        for command in commands:
+            with contextlib.suppress(ConnectionLost):  # the host went down under it: expected
+                self.transport.run(command, step.timeout, as_root=step.root)
+        went_down = self.clock() + REBOOT_GOES_DOWN_S
+        while self.transport.alive():
+            if self.clock() > went_down:
+                return record(
+                    "failed",
+                    f"the host did not go down within {REBOOT_GOES_DOWN_S:g}s of the reboot",
+                    commands=commands,
+                )
+            self.sleep(1.0)
+        limit = step.wait.timeout if step.wait else REBOOT_COMES_BACK_S
+        back = self.clock() + limit
+        while True:
+            self.on_event(Reconnecting(step, self.clock() - (back - limit), limit))
+            try:
+                self.transport.reconnect()
+                break
+            except TransportError as error:
+                if isinstance(error, HostKeyChanged) or self.clock() > back:
+                    return record(
+                        "failed", f"the host did not come back: {error}", commands=commands
+                    )
+                self.sleep(min(5.0, max(0.0, back - self.clock())))
+        if step.wait is not None:
+            waited, failing = self._wait(step)
+            if not waited:
+                message = "back, but still not true: " + "; ".join(r.message for r in failing)
+                return record("failed", message, commands=commands)
+        return record("ok", "the host rebooted and is back", commands=commands)
 
     def _wait(self, step: Step) -> tuple[bool, tuple[CheckResult, ...]]:
         """Poll the step's wait condition until it holds or its deadline passes."""

@@ -14,7 +14,7 @@ from typing import Any
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import field_names
-from runbook_runner.template import Template
+from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
 
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
@@ -53,6 +53,7 @@ class _Semantics:
             if isinstance(spec, dict) and spec.get("parser") in PARSERS
         }
         self.checks = _mapping(self.data.get("checks"))
+        self.lets: list[str] = []  # grows as each is checked: a let may use only earlier ones
 
     def error(self, path: Path, message: str, offset: int | None = None) -> None:
         mark = self.source.mark_of(path)
@@ -73,10 +74,17 @@ class _Semantics:
             self.error(("name",), f"{name!r} differs from the file name; expected {self.stem!r}")
         self.parameter_defaults()
         for obs_name, spec in self.observations.items():
-            if isinstance(spec.get("command"), str):
-                self.template(
-                    ("observations", obs_name, "command"), spec["command"], item_type=None
+            for key in ("command", "text"):
+                if isinstance(spec.get(key), str):
+                    self.template(("observations", obs_name, key), spec[key], item_type=None)
+        for let_name, text in _mapping(self.data.get("let")).items():
+            if let_name in self.parameters or let_name in self.observations:
+                self.error(
+                    ("let", let_name), f"{let_name!r} is already a parameter or observation name"
                 )
+            elif isinstance(text, str):
+                self.expression(("let", let_name), text, None)
+            self.lets.append(let_name)
         for check_name, spec in self.checks.items():
             if isinstance(spec, dict):
                 self.check(check_name, spec)
@@ -139,6 +147,9 @@ class _Semantics:
         for key in ("expect", "where"):
             if isinstance(spec.get(key), str):
                 self.expression((*path, key), spec[key], item_type)
+        if isinstance(spec.get("explain"), str):
+            for text, offset in Interpolated.expressions(spec["explain"]):
+                self.expression((*path, "explain"), text, item_type, offset)
 
     def list_observation(self, path: Path, name: str) -> type | None:
         lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
@@ -147,16 +158,16 @@ class _Semantics:
             return None
         return PARSERS[self.observations[name]["parser"]].record_type
 
-    def expression(self, path: Path, text: str, item_type: type | None) -> None:
+    def expression(self, path: Path, text: str, item_type: type | None, base: int = 0) -> None:
         try:
             tree = expr.parse(text)
         except expr.ExprError as error:
-            self.error(path, f"in expression: {error}", error.offset)
+            self.error(path, f"in expression: {error}", base + error.offset)
             return
         for node in expr.names(tree):
             message = self.name_problem(node.path, item_type)
             if message:
-                self.error(path, message, node.start)
+                self.error(path, message, base + node.start)
 
     def name_problem(self, name: str, item_type: type | None) -> str | None:
         """Why ``name`` means nothing here, or ``None`` if it resolves."""
@@ -166,9 +177,10 @@ class _Semantics:
                 if name in self.parameters:
                     return f"{name!r} is both an item field and a parameter: rename the parameter"
                 return None
-            if name in self.parameters or name in self.observations:
+            if name in self.parameters or name in self.observations or name in self.lets:
                 return None
-            known = list(self.parameters) + (list(field_names(item_type)) if item_type else [])
+            fields = list(field_names(item_type)) if item_type else []
+            known = list(self.parameters) + self.lets + fields
             return f"unknown name {name!r}{_suggest(name, known)}"
         if head not in self.observations:
             return f"unknown observation {head!r}{_suggest(head, list(self.observations))}"
@@ -219,6 +231,11 @@ class _Semantics:
                     path,
                     "a destructive step must say what it 'affects': process, service, gpu or node",
                 )
+            reboot_ok = spec.get("destructive") is True and spec.get("affects") == "node"
+            if spec.get("reboots") is True and not reboot_ok:
+                self.error(
+                    (*path, "reboots"), "a step that reboots is destructive and affects the node"
+                )
             self.check_list((*path, "skip_if"), spec.get("skip_if"))
             wait = spec.get("wait")
             if isinstance(wait, dict):
@@ -242,13 +259,14 @@ class _Semantics:
                 f"unknown check {name!r}{_suggest(name, list(self.checks))}",
             )
             return None
-        if not isinstance(check.get("every"), str):
+        over = check.get("every", check.get("none"))
+        if not isinstance(over, str):
             self.error(
                 (*path, "for_each_failing"),
-                f"check {name!r} has no 'every': there are no items to act on",
+                f"check {name!r} has no 'every' or 'none': there are no items to act on",
             )
             return None
-        spec = self.observations.get(check["every"])
+        spec = self.observations.get(over)
         return PARSERS[spec["parser"]].record_type if spec else None
 
     def template(self, path: Path, text: str, item_type: type | None) -> None:

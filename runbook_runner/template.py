@@ -49,6 +49,15 @@ class Template:
         loose = _LOOSE_BRACES.search(stripped)
         return loose.start() if loose else None
 
+    def fill(self, lookup: Callable[[str], Any]) -> str:
+        """The text with values inserted as they are: for text parsed here, never for a shell."""
+
+        def value(match: re.Match[str]) -> str:
+            found = lookup(match["name"])
+            return "" if found is None else str(found)
+
+        return PLACEHOLDER.sub(value, self.source)
+
     def render(
         self, lookup: Callable[[str], Any], mask: Callable[[str], bool] | None = None
     ) -> str:
@@ -63,3 +72,33 @@ class Template:
             return quote(lookup(match["name"]))
 
         return PLACEHOLDER.sub(substitute, self.source)
+
+
+_EXPRESSION = re.compile(r"\{\{(?P<source>.*?)\}\}", re.S)
+
+
+@dataclass(frozen=True)
+class Interpolated:
+    """Text with ``{{ expression }}`` parts, for messages (never for commands)."""
+
+    source: str
+    parts: tuple[str | tuple[str, Any], ...]  # literal text, or (expression source, tree)
+
+    @classmethod
+    def parse(cls, source: str) -> Interpolated:
+        from runbook_runner import expr  # here: expr does not need templates
+
+        parts: list[str | tuple[str, Any]] = []
+        position = 0
+        for match in _EXPRESSION.finditer(source):
+            parts.append(source[position : match.start()])
+            text = match["source"].strip()
+            parts.append((text, expr.parse(text)))
+            position = match.end()
+        parts.append(source[position:])
+        return cls(source, tuple(p for p in parts if p != ""))
+
+    @staticmethod
+    def expressions(source: str) -> list[tuple[str, int]]:
+        """Each expression's text and its offset in ``source`` (for load-time errors)."""
+        return [(m["source"], m.start("source")) for m in _EXPRESSION.finditer(source)]

@@ -432,6 +432,26 @@ class SshTransport:
         finally:
             channel.close()
 
+    def alive(self) -> bool:
+        """Does the connection still carry a command? (False once the host went down.)"""
+        try:
+            return self.run("true", timeout=5).exit_status == 0
+        except ConnectionLost:
+            return False
+
+    def reconnect(self) -> SshTransport:
+        """A fresh connection to the same host; a different host key is refused as always."""
+        known = self.host_key
+        self.close()
+        self.connect()
+        if (
+            known is not None
+            and self.host_key is not None
+            and known.asbytes() != self.host_key.asbytes()
+        ):
+            raise host_key_changed(self.target.label, known, self.host_key)
+        return self
+
     def close(self) -> None:
         for client in reversed(self._clients):
             client.close()

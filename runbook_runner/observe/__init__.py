@@ -10,8 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe import free, nvidia_smi, ps
-from runbook_runner.observe.state import Gpu, GpuProcess, HostProcess, Memory, TextLine
+from runbook_runner.observe import free, nvidia_smi, ps, sglang
+from runbook_runner.observe.state import (
+    Gpu,
+    GpuProcess,
+    HostProcess,
+    LaunchConfig,
+    Memory,
+    TextLine,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,10 @@ def _processes(text: str, status: int, command: str) -> Any:
     return ps.parse_ps(text)
 
 
+def _launch(text: str, status: int, command: str) -> Any:
+    return sglang.parse_launch(text)
+
+
 def _lines(text: str, status: int, command: str) -> Any:
     return tuple(TextLine(line.rstrip("\r")) for line in text.split("\n") if line.strip())
 
@@ -59,4 +70,7 @@ PARSERS: dict[str, Parser] = {
     ),
     "processes": Parser(HostProcess, True, _processes, "ps -eo pid,stat,args", "ps"),
     "lines": Parser(TextLine, True, _lines, "one item per non-empty line", "the command"),
+    "sglang-launch": Parser(
+        LaunchConfig, False, _launch, "an sglang.launch_server command line", "the launch command"
+    ),
 }

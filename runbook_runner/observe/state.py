@@ -76,7 +76,7 @@ class HostProcess:
     command: str | None = _f("command")
 
     def describe(self) -> str:
-        return f"process {self.pid} ({self.command or '?'})"
+        return f"process {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]})"
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,22 @@ class TextLine:
 
 
 @dataclass(frozen=True)
+class LaunchConfig:
+    """The memory-relevant flags of an ``sglang.launch_server`` command line (None: not given)."""
+
+    tp_size: int | None = _f("--tp-size")
+    dp_size: int | None = _f("--dp-size")
+    hicache_enabled: bool | None = _f("--enable-hierarchical-cache")
+    hicache_size_gb: float | None = _f("--hicache-size", "GB")
+    hicache_ratio: float | None = _f("--hicache-ratio")
+    mem_fraction_static: float | None = _f("--mem-fraction-static")
+    model_path: str | None = _f("--model-path")
+
+    def describe(self) -> str:
+        return "the launch command"
+
+
+@dataclass(frozen=True)
 class Unavailable:
     """An observation that produced no state: the command or its parser failed."""
 
@@ -97,7 +113,7 @@ class Unavailable:
     condition: str = "failed"
 
 
-Record = Gpu | GpuProcess | Memory | HostProcess | TextLine
+Record = Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig
 
 
 def field_names(record_type: type) -> tuple[str, ...]:

@@ -1,0 +1,63 @@
+"""Parser for an SGLang launch command line: the flags that decide memory use.
+
+    python3 -m sglang.launch_server --model-path M --tp-size 8 --hicache-size 300 ...
+
+Both ``--flag value`` and ``--flag=value`` forms; ``--tp`` is the short form of
+``--tp-size`` and ``--dp`` of ``--dp-size``. Flags not given are ``None``, so
+that a runbook can fall back to its parameters (``coalesce``).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from runbook_runner.errors import ParseError
+from runbook_runner.observe.state import LaunchConfig
+
+_VALUED = {
+    "--tp-size": "tp_size",
+    "--tp": "tp_size",
+    "--tensor-parallel-size": "tp_size",
+    "--dp-size": "dp_size",
+    "--dp": "dp_size",
+    "--hicache-size": "hicache_size_gb",
+    "--hicache-ratio": "hicache_ratio",
+    "--mem-fraction-static": "mem_fraction_static",
+    "--model-path": "model_path",
+    "--model": "model_path",
+}
+_TYPES = {
+    "tp_size": int,
+    "dp_size": int,
+    "hicache_size_gb": float,
+    "hicache_ratio": float,
+    "mem_fraction_static": float,
+    "model_path": str,
+}
+
+
+def parse_launch(text: str) -> LaunchConfig:
+    """The flags of one launch command; an empty text gives an empty config."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "))
+    except ValueError as error:
+        raise ParseError(f"the launch command does not split into words: {error}") from None
+    values: dict[str, object] = {}
+    for i, word in enumerate(words):
+        flag, equals, inline = word.partition("=")
+        if flag == "--enable-hierarchical-cache":
+            values["hicache_enabled"] = True
+        if flag not in _VALUED:
+            continue
+        if equals:
+            raw = inline
+        elif i + 1 < len(words):
+            raw = words[i + 1]
+        else:
+            raise ParseError(f"{flag} is missing its value")
+        field = _VALUED[flag]
+        try:
+            values[field] = _TYPES[field](raw)
+        except ValueError:
+            raise ParseError(f"{flag} {raw!r}: expected {_TYPES[field].__name__}") from None
+    return LaunchConfig(**values)  # type: ignore[arg-type]
