@@ -4,7 +4,7 @@
     memory.available_bytes >= tp_size * hicache_size_gb * 1e9 + headroom_bytes
     count(gpus) == expected_gpus and not persistence_mode == 'Disabled'
 
-Numbers, strings, true/false, names (``a`` or ``a.b``), ``+ - * / // %``,
+Numbers, strings, true/false, names (``a`` or ``a.b``), ``+ - * / // % **``,
 comparisons, ``and or not``, parentheses, and the functions ``count``,
 ``min``, ``max``, ``abs``, ``round``, ``floor``, ``gib``, ``gb``, ``matches``,
 ``contains`` and ``coalesce``. Parsed once at load time into a tree and
@@ -55,7 +55,11 @@ FUNCTIONS: dict[str, tuple[int, int]] = {
     "matches": (2, 2),  # matches(text, regex): a regular-expression search
     "contains": (2, 2),  # contains(text, part)
     "coalesce": (2, 8),  # the first argument the host (or the user) gave a value for
+    "min_of": (1, 1),  # min_of(gpus.memory_total_mib): over the items of a list observation
+    "max_of": (1, 1),
+    "sum_of": (1, 1),
 }
+AGGREGATES = {"min_of", "max_of", "sum_of"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ _TOKEN = re.compile(
         (?P<number>\d[\d_]*(?:\.\d+)?(?:[eE][-+]?\d+)?)
       | (?P<string>'[^'\n]*'|"[^"\n]*")
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
-      | (?P<op><=|>=|==|!=|//|[-+*/%<>(),])
+      | (?P<op>\*\*|<=|>=|==|!=|//|[-+*/%<>(),])
     )""",
     re.VERBOSE,
 )
@@ -206,7 +210,15 @@ class _Parser:
             token = self.take()
             operand = self.unary()
             return Unary(token.start, operand.end, token.text, operand)
-        return self.atom()
+        return self.power()
+
+    def power(self) -> Node:
+        base = self.atom()
+        if self.peek().text == "**":  # right-associative, and binds tighter than a sign
+            self.take()
+            exponent = self.unary()
+            return Binary(base.start, exponent.end, "**", base, exponent)
+        return base
 
     def atom(self) -> Node:
         token = self.take()
@@ -244,6 +256,10 @@ class _Parser:
             raise ExprError(f"{name.text}() takes {low}..{high} arguments", name.start)
         if name.text == "count" and not isinstance(args[0], Name):
             raise ExprError("count() takes the name of a list observation", args[0].start)
+        if name.text in AGGREGATES and not (isinstance(args[0], Name) and "." in args[0].path):
+            raise ExprError(
+                f"{name.text}() takes LIST.FIELD, e.g. gpus.memory_total_mib", args[0].start
+            )
         return Call(name.start, close.end, name.text, tuple(args))
 
 
@@ -274,6 +290,20 @@ def names(node: Node) -> Iterator[Name]:
             yield from names(arg)
 
 
+def calls(node: Node, functions: set[str]) -> Iterator[Call]:
+    """Every call of one of ``functions`` in the expression."""
+    if isinstance(node, Call):
+        if node.function in functions:
+            yield node
+        for arg in node.args:
+            yield from calls(arg, functions)
+    elif isinstance(node, Unary):
+        yield from calls(node.operand, functions)
+    elif isinstance(node, Binary):
+        yield from calls(node.left, functions)
+        yield from calls(node.right, functions)
+
+
 _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
     "-": operator.sub,
@@ -281,7 +311,25 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
     "/": operator.truediv,
     "//": operator.floordiv,
     "%": operator.mod,
+    "**": lambda base, exponent: _power(base, exponent),
 }
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    # Whole numbers stay whole only while small: 10**10**10 must fail fast, not run for hours.
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and 0 <= exponent <= 64
+        and abs(base) <= 2**32
+    ):
+        return base**exponent
+    result = float(base) ** float(exponent)
+    if isinstance(result, complex):
+        raise EvalError(f"{base} ** {exponent} is not a real number")
+    return result
+
+
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
@@ -332,6 +380,8 @@ def evaluate(node: Node, resolve: Resolver) -> Any:
         return _ARITHMETIC[node.op](left, right)
     except ZeroDivisionError:
         raise EvalError("division by zero") from None
+    except OverflowError:
+        raise EvalError(f"{node.op}: the result is too large") from None
 
 
 def _call(node: Call, resolve: Resolver) -> Any:
@@ -341,6 +391,19 @@ def _call(node: Call, resolve: Resolver) -> Any:
         if not isinstance(items, (list, tuple)):
             raise EvalError(f"count() needs a list, {node.args[0].path} is not one")
         return len(items)
+    if node.function in AGGREGATES:
+        assert isinstance(node.args[0], Name)
+        list_name, _, field = node.args[0].path.partition(".")
+        items = resolve(list_name)
+        values = (
+            [getattr(item, field) for item in items] if isinstance(items, (list, tuple)) else []
+        )
+        values = [v for v in values if v is not None]
+        if not values:
+            raise MissingValue(node.args[0].path)
+        if node.function == "sum_of":
+            return sum(values)
+        return min(values) if node.function == "min_of" else max(values)
     if node.function == "coalesce":
         for arg in node.args:
             try:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from runbook_runner.observe.state import Memory, Unavailable
-from runbook_runner.runbook import Runbook, Step
+from runbook_runner.runbook import Runbook, Step, seconds_text
 
 if TYPE_CHECKING:
     from runbook_runner.expect import CheckResult
@@ -63,7 +63,17 @@ def _wrap(text: str, indent: str = "  ") -> str:
     )
 
 
-def _step_flags(step: Step) -> str:
+def _skip_text(step: Step, goal: tuple[str, ...]) -> str:
+    if set(step.skip_if) == set(goal):
+        return "skipped once the goal holds"
+    return (
+        "skipped when "
+        + ", ".join(step.skip_if)
+        + (" holds" if len(step.skip_if) == 1 else " hold")
+    )
+
+
+def _step_flags(step: Step, goal: tuple[str, ...]) -> str:
     flags = []
     if step.destructive:
         flags.append(f"DESTRUCTIVE, affects {step.affects}")
@@ -71,9 +81,11 @@ def _step_flags(step: Step) -> str:
         flags.append("needs root")
     if step.for_each_failing:
         flags.append(f"once per item failing {step.for_each_failing}")
+    if step.reboots:
+        flags.append("REBOOTS the host: asked for even with --yes unless --allow-reboot")
     if step.skip_if:
-        flags.append("skipped when " + ", ".join(step.skip_if) + " hold")
-    flags.append(f"timeout {step.timeout:g}s")
+        flags.append(_skip_text(step, goal))
+    flags.append(f"timeout {seconds_text(step.timeout)}")
     if step.on_failure == "continue":
         flags.append("on failure: continue")
     return "; ".join(flags)
@@ -122,14 +134,16 @@ def runbook_details(runbook: Runbook) -> str:
     out += ["", "Steps:"]
     for number, step in enumerate(runbook.steps, start=1):
         out.append(f"  {number}. {step.id}: {step.title}")
-        out.append(f"     [{_step_flags(step)}]")
+        out.append(f"     [{_step_flags(step, runbook.goal)}]")
         if step.run:
-            out.append(f"     $ {step.run.source.strip()}")
+            command = step.run.source.strip().replace("\n", "\n       ")
+            out.append(f"     $ {command}")
         if step.wait:
             wait = step.wait
             until = ", ".join(wait.until)
             out.append(
-                f"     waits up to {wait.timeout:g}s (every {wait.interval:g}s) for: {until}"
+                f"     waits up to {seconds_text(wait.timeout)} "
+                f"(every {seconds_text(wait.interval)}) for: {until}"
             )
     return "\n".join(out)
 

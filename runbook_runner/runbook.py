@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -98,20 +98,25 @@ class Check:
         """The list observation this check quantifies over, if any."""
         return self.every or self.none
 
-    def observations(self) -> set[str]:
-        """The observations this check reads."""
+    def names(self) -> set[str]:
+        """The first part of every name this check reads: observations, lets, parameters."""
         used = {self.over} if self.over else set()
-        for expression in (self.expect, self.where):
-            if expression is not None:
-                used |= {n.path.split(".")[0] for n in expr.names(expression.tree)}
+        expressions = [e.tree for e in (self.expect, self.where) if e is not None]
+        if self.explain is not None:
+            expressions += [part[1] for part in self.explain.parts if not isinstance(part, str)]
+        for tree in expressions:
+            used |= {n.path.split(".")[0] for n in expr.names(tree)}
         return used
+
+
+Seconds = float | Expression  # a number, or an expression over parameters
 
 
 @dataclass(frozen=True)
 class Wait:
     until: tuple[str, ...]
-    timeout: float
-    interval: float = 5.0
+    timeout: Seconds
+    interval: Seconds = 5.0
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ class Step:
     destructive: bool = False
     affects: str | None = None
     root: bool = False
-    timeout: float = 60.0
+    timeout: Seconds = 60.0
     ok_exit: tuple[int, ...] = (0,)
     skip_if: tuple[str, ...] = ()
     wait: Wait | None = None
@@ -161,6 +166,19 @@ class Runbook:
         """The most a run can affect, from its destructive steps."""
         touched = [s.affects or "process" for s in self.steps if s.destructive]
         return max(touched, key=BLAST_RADIUS.index, default="none")
+
+    def observations_of(self, check_names: Iterable[str]) -> list[str]:
+        """The observations the checks read, directly or through ``let`` names, in order."""
+        seen: set[str] = set()
+        pending = [n for check in check_names for n in sorted(self.checks[check].names())]
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in self.let:
+                pending += [n.path.split(".")[0] for n in expr.names(self.let[name].tree)]
+        return [name for name in self.observations if name in seen]
 
     def step(self, step_id: str) -> Step:
         for step in self.steps:
@@ -221,6 +239,14 @@ def _checks_ref(value: Any) -> tuple[str, ...]:
     return ("goal",) if value == "goal" else tuple(value or ())
 
 
+def _seconds(value: float | str) -> Seconds:
+    return Expression(value, expr.parse(value)) if isinstance(value, str) else float(value)
+
+
+def seconds_text(value: Seconds) -> str:
+    return value.source if isinstance(value, Expression) else f"{value:g}s"
+
+
 def _expression(text: str | None) -> Expression | None:
     return None if text is None else Expression(text, expr.parse(text))
 
@@ -267,7 +293,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             none=spec.get("none"),
             expect=_expression(spec.get("expect")),
             where=_expression(spec.get("where")),
-            hint=spec.get("hint", ""),
+            hint=" ".join(spec.get("hint", "").split()),
             explain=Interpolated.parse(spec["explain"]) if "explain" in spec else None,
         )
         for name, spec in data["checks"].items()
@@ -281,13 +307,13 @@ def _build(data: dict[str, Any]) -> Runbook:
             destructive=spec.get("destructive", False),
             affects=spec.get("affects"),
             root=spec.get("root", False),
-            timeout=spec.get("timeout", 60.0),
+            timeout=_seconds(spec.get("timeout", 60.0)),
             ok_exit=tuple(spec.get("ok_exit", (0,))),
             skip_if=expand(_checks_ref(spec.get("skip_if"))),
             wait=Wait(
                 until=expand(_checks_ref(spec["wait"]["until"])),
-                timeout=spec["wait"]["timeout"],
-                interval=spec["wait"].get("interval", 5.0),
+                timeout=_seconds(spec["wait"]["timeout"]),
+                interval=_seconds(spec["wait"].get("interval", 5.0)),
             )
             if "wait" in spec
             else None,

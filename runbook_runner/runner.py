@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runbook_runner import expr
 from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
 from runbook_runner.expect import CheckResult, State, all_ok, evaluate_check, evaluate_checks
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
-from runbook_runner.runbook import Runbook, Step
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 from runbook_runner.template import Template
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
@@ -83,6 +84,7 @@ class StepRecord:
     message: str = ""
     commands: tuple[str, ...] = ()
     results: tuple[CommandResult, ...] = ()
+    skipped_because_holds: bool = False  # skip_if held (not merely nothing to act on)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +174,12 @@ class Runner:
             return template.fill(lookup)
         return template.render(lookup)
 
+    def seconds(self, value: Seconds) -> float:
+        """A duration: a number, or an expression over the parameters."""
+        if isinstance(value, Expression):
+            return float(expr.evaluate(value.tree, self.params.__getitem__))
+        return value
+
     def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
         wanted = list(self.runbook.observations) if names is None else list(names)
         return {name: self._observe_one(name) for name in wanted}
@@ -201,12 +209,7 @@ class Runner:
             return Unavailable(str(error), getattr(error, "condition", "unparsable"))
 
     def observations_for(self, check_names: Iterable[str]) -> list[str]:
-        needed: list[str] = []
-        for name in check_names:
-            for observation in sorted(self.runbook.checks[name].observations()):
-                if observation in self.runbook.observations and observation not in needed:
-                    needed.append(observation)
-        return needed
+        return self.runbook.observations_of(check_names)
 
     def check(self, check_names: Sequence[str]) -> tuple[dict[str, Any], list[CheckResult]]:
         state = self.observe(self.observations_for(check_names))
@@ -237,7 +240,7 @@ class Runner:
                 break
             goal = set(self.runbook.goal)
             waited_for_goal = record.status == "ok" and step.wait and goal <= set(step.wait.until)
-            skipped_for_goal = record.status == "skipped" and goal <= set(step.skip_if)
+            skipped_for_goal = record.skipped_because_holds and goal <= set(step.skip_if)
             if report.reached_by is None and waited_for_goal:
                 report.reached_by = step.id
             elif report.reached_by is None and skipped_for_goal and last_executed:
@@ -261,7 +264,11 @@ class Runner:
         if step.skip_if:
             _, results = self.check(step.skip_if)
             if all_ok(results):
-                return record("skipped", "already holds: " + ", ".join(step.skip_if))
+                return record(
+                    "skipped",
+                    "already holds: " + ", ".join(step.skip_if),
+                    skipped_because_holds=True,
+                )
         items: list[Any] = [None]
         if step.for_each_failing:
             state = self.observe(self.observations_for([step.for_each_failing]))
@@ -280,12 +287,12 @@ class Runner:
             return self._reboot(step, commands, record)
         results: list[CommandResult] = []
         for command in commands:
-            result = self.transport.run(command, step.timeout, as_root=step.root)
+            result = self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
             results.append(result)
             if result.timed_out:
                 return record(
                     "timed_out",
-                    f"timed out after {step.timeout:g}s and was ended on the host",
+                    f"timed out after {self.seconds(step.timeout):g}s and was ended on the host",
                     commands=commands,
                     results=tuple(results),
                 )
@@ -301,8 +308,9 @@ class Runner:
         if step.wait is not None:
             waited, failing = self._wait(step)
             if not waited:
-                message = f"still not true after {step.wait.timeout:g}s: " + "; ".join(
-                    r.message for r in failing
+                message = (
+                    f"still not true after {self.seconds(step.wait.timeout):g}s: "
+                    + "; ".join(r.message for r in failing)
                 )
                 return record(
                     "failed",
@@ -319,7 +327,7 @@ class Runner:
         """Send the reboot, see the host go down, reconnect when it is back, then wait as told."""
         for command in commands:
             with contextlib.suppress(ConnectionLost):  # the host went down under it: expected
-                self.transport.run(command, step.timeout, as_root=step.root)
+                self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
         went_down = self.clock() + REBOOT_GOES_DOWN_S
         while self.transport.alive():
             if self.clock() > went_down:
@@ -329,7 +337,7 @@ class Runner:
                     commands=commands,
                 )
             self.sleep(1.0)
-        limit = step.wait.timeout if step.wait else REBOOT_COMES_BACK_S
+        limit = self.seconds(step.wait.timeout) if step.wait else REBOOT_COMES_BACK_S
         back = self.clock() + limit
         while True:
             self.on_event(Reconnecting(step, self.clock() - (back - limit), limit))
@@ -353,17 +361,18 @@ class Runner:
         """Poll the step's wait condition until it holds or its deadline passes."""
         assert step.wait is not None
         start = self.clock()
-        deadline = start + step.wait.timeout
+        timeout, interval = self.seconds(step.wait.timeout), self.seconds(step.wait.interval)
+        deadline = start + timeout
         while True:
             _, results = self.check(step.wait.until)
             failing = tuple(r for r in results if not r.ok)
             if not failing:
                 return True, ()
             now = self.clock()
-            self.on_event(Waiting(step, failing, now - start, step.wait.timeout))
+            self.on_event(Waiting(step, failing, now - start, timeout))
             if now >= deadline:
                 return False, failing
-            self.sleep(min(step.wait.interval, deadline - now))
+            self.sleep(min(interval, deadline - now))
 
 
 def _failure_message(result: CommandResult, step: Step) -> str:

@@ -57,16 +57,10 @@ class _Semantics:
 
     def error(self, path: Path, message: str, offset: int | None = None) -> None:
         mark = self.source.mark_of(path)
-        if offset is not None and self._is_plain_one_line(path):
-            mark = Mark(mark.line, mark.column + offset)
+        if offset is not None and path in self.source.inline:
+            # Only a scalar written on one line lets an offset into its text become a column.
+            mark = Mark(mark.line, mark.column + self.source.inline[path] + offset)
         self.found.append(Problem(mark, path, message))
-
-    def _is_plain_one_line(self, path: Path) -> bool:
-        # Only a plain scalar on one line lets an offset into the text become a column.
-        value: Any = self.source.data
-        for part in path:
-            value = value[part]
-        return isinstance(value, str) and "\n" not in value
 
     def run(self) -> list[Problem]:
         name = self.data.get("name")
@@ -164,10 +158,25 @@ class _Semantics:
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", base + error.offset)
             return
+        aggregated = {id(arg) for call in expr.calls(tree, expr.AGGREGATES) for arg in call.args}
         for node in expr.names(tree):
-            message = self.name_problem(node.path, item_type)
+            if id(node) in aggregated:
+                message = self.aggregate_problem(node.path)
+            else:
+                message = self.name_problem(node.path, item_type)
             if message:
                 self.error(path, message, base + node.start)
+
+    def aggregate_problem(self, name: str) -> str | None:
+        head, _, field = name.partition(".")
+        spec = self.observations.get(head)
+        if spec is None or not PARSERS[spec["parser"]].is_list:
+            lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
+            return f"{head!r} is not a list observation{_suggest(head, lists)}"
+        fields = list(field_names(PARSERS[spec["parser"]].record_type))
+        if field not in fields:
+            return f"{head!r} items have no field {field!r}{_suggest(field, fields)}"
+        return None
 
     def name_problem(self, name: str, item_type: type | None) -> str | None:
         """Why ``name`` means nothing here, or ``None`` if it resolves."""
@@ -237,9 +246,12 @@ class _Semantics:
                     (*path, "reboots"), "a step that reboots is destructive and affects the node"
                 )
             self.check_list((*path, "skip_if"), spec.get("skip_if"))
+            self.seconds((*path, "timeout"), spec.get("timeout"))
             wait = spec.get("wait")
             if isinstance(wait, dict):
                 self.check_list((*path, "wait", "until"), wait.get("until"))
+                self.seconds((*path, "wait", "timeout"), wait.get("timeout"))
+                self.seconds((*path, "wait", "interval"), wait.get("interval"))
                 interval, timeout = wait.get("interval", 5), wait.get("timeout")
                 if _is_number(interval) and _is_number(timeout) and interval > timeout:
                     self.error(
@@ -248,6 +260,24 @@ class _Semantics:
             item_type = self.for_each(path, spec.get("for_each_failing"))
             if isinstance(spec.get("run"), str):
                 self.template((*path, "run"), spec["run"], item_type)
+
+    def seconds(self, path: Path, value: Any) -> None:
+        """A duration given as an expression may read parameters only (it is known before the run)."""
+        if not isinstance(value, str):
+            return
+        try:
+            tree = expr.parse(value)
+        except expr.ExprError as error:
+            self.error(path, f"in expression: {error}", error.offset)
+            return
+        for node in expr.names(tree):
+            if node.path not in self.parameters:
+                known = list(self.parameters)
+                self.error(
+                    path,
+                    f"a duration may use parameters only: {node.path!r}{_suggest(node.path, known)}",
+                    node.start,
+                )
 
     def for_each(self, path: Path, name: Any) -> type | None:
         if not isinstance(name, str):
@@ -308,8 +338,10 @@ def _is_type(value: Any, kind: str) -> bool:
 
 
 def value_problem(spec: dict[str, Any], value: Any) -> str | None:
-    """Why ``value`` does not suit a parameter spec, or ``None`` if it does."""
+    """Why ``value`` does not suit a parameter spec, or ``None`` if it does (None: unset)."""
     kind = spec.get("type", "string")
+    if value is None:
+        return None
     if not _is_type(value, kind):
         return f"expected {kind}"
     if _is_number(value):

@@ -50,6 +50,9 @@ class Source:
     data: Any
     value_marks: dict[Path, Mark] = field(default_factory=dict)
     key_marks: dict[Path, Mark] = field(default_factory=dict)
+    # Scalars written on one line, plain or quoted: an offset into their text is a column.
+    # The value is the number of columns before the text starts (1 for an opening quote).
+    inline: dict[Path, int] = field(default_factory=dict)
 
     def mark_of(self, path: Path, key: bool = False) -> Mark:
         """The position of a value (or of its key), else of its nearest parent."""
@@ -87,6 +90,8 @@ class _Builder:
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        if node.start_mark.line == node.end_mark.line and node.style in (None, "'", '"'):
+            self.source.inline[path] = 0 if node.style is None else 1
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as error:

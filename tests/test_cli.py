@@ -22,7 +22,9 @@ def run_cli(capsys, *argv):
 def test_list_shows_name_kind_title(in_repo, capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == ExitCode.OK
-    assert "gpu-node-health  read-only" in out
+    rows = {line.split()[0]: line.split()[1:3] for line in out.splitlines()[1:]}
+    assert rows["gpu-node-health"] == ["read-only", "GPU"]
+    assert rows["gpu-oom-recovery"] == ["destructive", "(node)"]
     assert out.splitlines()[0].split() == ["NAME", "KIND", "TITLE"]
 
 

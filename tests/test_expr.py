@@ -28,6 +28,9 @@ def run(source: str, values=VALUES):
         ("tp_size * hicache_size_gb * 1e9", 2.4e12),
         ("memory.available_bytes >= tp_size * hicache_size_gb * 1e9", False),
         ("1_024 // 3 + 10 % 4", 343),
+        ("10 * 2**30", 10737418240),
+        ("-2 ** 2", -4),
+        ("2 ** 3 ** 2", 512),
         ("-(1 + 2) * 3", -9),
         ("min(1, 2, 3) + max(4, 5) + abs(-2)", 8),
         ("name == 'H200' and not tp_size != 8", True),
@@ -65,6 +68,8 @@ def test_missing_value_is_its_own_error():
         ("'a' < 1", "cannot compare"),
         ("1 / 0", "division by zero"),
         ("1 and true", "expected true or false"),
+        ("10 ** 10 ** 10", "too large"),  # must fail at once, not compute for hours
+        ("(-8) ** 0.5", "not a real number"),
     ],
 )
 def test_type_errors_are_eval_errors(source, message):

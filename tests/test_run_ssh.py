@@ -25,19 +25,22 @@ def cli(capsys, host, *argv):
     return code, out, err
 
 
+def server_name(host) -> str:
+    """A server command line unique to this test host: xdist workers share one login user
+    and one process table, and a runbook matching ``ps`` output must find only its own."""
+    return f"/usr/bin/python3 -m sglang.launch_server --tp-size 8 --port {host.port}"
+
+
 def crash(host, *, orphaned=(0, 2)):
     """The incident: a TP8 server; GPUs in ``orphaned`` keep their memory after it dies."""
     host.set_state(eight_gpu_server())
-    held = [f"--gpu={i}:96410" for i in orphaned]
-    rest = [f"--gpu={i}:90000" for i in range(8) if i not in orphaned]
-    command = (
-        "sim-server --name '/usr/bin/python3 -m sglang.launch_server --tp-size 8' --host-gib 40"
-    )
+    command = f"sim-server --name '{server_name(host)}' --host-gib 40"
     script = []
-    if held:
-        script.append(command + " --orphan " + " ".join(f"--gpu {g.split('=')[1]}" for g in held))
+    if orphaned:
+        script.append(command + " --orphan " + " ".join(f"--gpu {i}:96410" for i in orphaned))
+    rest = [i for i in range(8) if i not in orphaned]
     if rest:
-        script.append(command + " " + " ".join(f"--gpu {g.split('=')[1]}" for g in rest))
+        script.append(command + " " + " ".join(f"--gpu {i}:90000" for i in rest))
     result = host.ssh("; ".join(script))
     assert result.returncode == 0, result.stderr
     host.clear_calls()
@@ -49,12 +52,19 @@ def resets(host):
 
 
 def destructive_calls(host):
-    changing = {"pkill", "systemctl", "fuser", "rmmod", "modprobe", "reboot", "shutdown"}
-    return [
-        c
-        for c in host.calls()
-        if (c[0] in changing and c[1:2] != ["is-active"]) or "--gpu-reset" in c
-    ]
+    """The recorded calls that would change a real machine (reads like fuser -v are left out)."""
+
+    def changes(call: list[str]) -> bool:
+        name, args = call[0], call[1:]
+        if name == "systemctl":
+            return args[:1] not in (["is-active"], ["is-enabled"])
+        if name == "fuser":
+            return "-k" in args
+        if name == "nvidia-smi":
+            return bool({"--gpu-reset", "-r", "-pm"} & set(args))
+        return name in {"pkill", "rmmod", "modprobe", "reboot", "shutdown"}
+
+    return [call for call in host.calls() if changes(call)]
 
 
 def test_crashed_host_check_then_run_then_check(gpu_host, capsys):

@@ -45,6 +45,7 @@ class SimProcess:
 class SimService:
     name: str
     active: bool = True
+    enabled: bool = True
     holds_gpus: bool = True  # nvidia-persistenced, DCGM, exporters keep /dev/nvidia* open
 
 
@@ -59,6 +60,8 @@ class SimHost:
     shared_bytes: int = 64 * 1024**2
     leaked_host_bytes: int = 0  # pinned memory of dead processes, still being torn down
     driver_loaded: bool = True
+    module_held_by: str = ""  # e.g. "Xorg": nvidia_drm stays in use, so the driver cannot unload
+    boots: int = 1  # how many times the host has booted (a reboot adds one)
     driver_version: str = "590.48.01"
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
@@ -106,6 +109,19 @@ class SimHost:
 
     def host_available_bytes(self) -> int:
         return max(0, self.memory_total_bytes - self.host_used_bytes())
+
+    def reboot(self) -> None:
+        """What a reboot does to the GPUs and memory; the caller ends the processes."""
+        self.processes.clear()
+        self.leaked_host_bytes = 0
+        for gpu in self.gpus:
+            gpu.orphaned_mib = 0
+            gpu.resets_that_fail = 0
+        for service in self.services:
+            service.active = service.enabled
+        self.driver_loaded = True
+        self.module_held_by = ""
+        self.boots += 1
 
     def service(self, name: str) -> SimService | None:
         for service in self.services:

@@ -10,6 +10,7 @@ stand-in server processes, registered in the state file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -199,7 +200,7 @@ def fuser(host: SimHost, args: list[str]) -> int:
             )
         for number, service in enumerate(services, start=1):
             _err(f"/dev/nvidiactl:      root     {9000 + number:>6} F.... {service.name[:15]}\n")
-    else:
+    elif "-s" not in args:
         _out(" ".join(str(p.pid) for p in holders) + "\n")
     if "-k" in args:
         _send(holders, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL))
@@ -213,17 +214,26 @@ def fuser(host: SimHost, args: list[str]) -> int:
 
 def systemctl(host: SimHost, args: list[str]) -> int:
     words = [a for a in args if not a.startswith("-")]
+    quiet = "--quiet" in args or "-q" in args
+    if words[:1] == ["reboot"]:
+        return reboot(host, [])
     if len(words) < 2:
         _err("systemctl: this stand-in needs VERB UNIT\n")
         return 1
     verb, units = words[0], words[1:]
     for unit in units:
         service = host.service(unit)
-        if verb == "is-active":
-            state = "active" if service and service.active else "inactive"
-            _out(state + "\n")
-            if state != "active":
-                return 3
+        if verb in {"is-active", "is-enabled"}:
+            if verb == "is-active":
+                yes = service is not None and service.active
+                answer = "active" if yes else "inactive"
+            else:
+                yes = service is not None and service.enabled
+                answer = "enabled" if yes else "disabled"
+            if not quiet:
+                _out(answer + "\n")
+            if not yes:
+                return 3 if verb == "is-active" else 1
         elif service is None:
             _err(f"Failed to {verb} {unit}: Unit {unit} not loaded.\n")
             return 5
@@ -232,23 +242,66 @@ def systemctl(host: SimHost, args: list[str]) -> int:
     return 0
 
 
+MODULES = ("nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
+
+
+def lsmod(host: SimHost, args: list[str]) -> int:
+    _out("Module                  Size  Used by\n")
+    if host.driver_loaded:
+        for module in MODULES:
+            _out(f"{module:<24}{1_000_000:>8}  0\n")
+    return 0
+
+
 def rmmod(host: SimHost, args: list[str]) -> int:
-    if any(p.gpu_mib for p in host.processes) or any(
-        s.active and s.holds_gpus for s in host.services
-    ):
-        module = next((a for a in args if not a.startswith("-")), "nvidia")
-        _err(f"rmmod: ERROR: Module {module} is in use\n")
-        return 1
-    host.driver_loaded = False
-    for gpu in host.gpus:
-        gpu.orphaned_mib = 0
+    for module in [a for a in args if not a.startswith("-")]:
+        if not host.driver_loaded:
+            _err(f"rmmod: ERROR: Module {module} is not currently loaded\n")
+            return 1
+        held = any(p.gpu_mib for p in host.processes) or any(
+            s.active and s.holds_gpus for s in host.services
+        )
+        if held or (host.module_held_by and module in {"nvidia_drm", "nvidia_modeset", "nvidia"}):
+            _err(f"rmmod: ERROR: Module {module} is in use\n")
+            return 1
+        if module == "nvidia":
+            host.driver_loaded = False
+            for gpu in host.gpus:
+                gpu.orphaned_mib = 0
     return 0
 
 
 def modprobe(host: SimHost, args: list[str]) -> int:
-    if "-r" not in args:
+    if "-r" not in args and any(a in MODULES for a in args):
         host.driver_loaded = True
     return 0
+
+
+def reboot(host: SimHost, args: list[str]) -> int:
+    """Reboot the simulation: end its server processes, reset its state, drop this SSH session."""
+    for process in host.processes:
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGKILL)
+    host.reboot()
+    _drop_own_session()
+    return 0
+
+
+def _drop_own_session() -> None:
+    """End the sshd process serving this session, as a reboot would: the client sees it drop."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if name.startswith("sshd") and os.stat(f"/proc/{pid}").st_uid == os.getuid():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+            return
+        pid = parent
 
 
 def record_only(host: SimHost, args: list[str]) -> int:
@@ -318,11 +371,12 @@ HANDLERS: dict[str, Handler] = {
     "systemctl": systemctl,
     "rmmod": rmmod,
     "modprobe": modprobe,
-    "reboot": record_only,
+    "reboot": reboot,
     "shutdown": record_only,
+    "lsmod": lsmod,
     "sudo": sudo,
 }
-READ_ONLY = {"free", "dmesg", "pgrep"}
+READ_ONLY = {"free", "dmesg", "pgrep", "lsmod"}
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,197 @@
+"""The shipped runbooks, end to end over SSH against the stand-in GPU host."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sshd import wait_for
+from test_run_ssh import crash, destructive_calls, resets, server_name
+
+from conftest import REPO
+from runbook_runner.cli import main
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.simhost.model import eight_gpu_server
+
+pytestmark = pytest.mark.ssh
+RECOVERY = str(REPO / "runbooks" / "gpu-oom-recovery.yaml")
+PREFLIGHT = str(REPO / "runbooks" / "sglang-hicache-preflight.yaml")
+HEALTH = str(REPO / "runbooks" / "gpu-node-health.yaml")
+# The real waits are minutes; the behaviour under test needs seconds.
+SHORT_WAITS = [
+    f"--set={name}={seconds}"
+    for name, seconds in [
+        ("stop_wait_s", 3),
+        ("kill_wait_s", 3),
+        ("teardown_wait_s", 1),
+        ("reset_wait_s", 2),
+        ("reboot_wait_s", 60),
+    ]
+]
+
+
+def run(capsys, host, runbook, *extra):
+    """Run a runbook on the test host; the recovery's server pattern is narrowed to this host's
+    servers (see ``server_name``), the same shape as its default."""
+    if runbook == RECOVERY:
+        extra = (
+            *extra,
+            "--set",
+            rf"server_pattern=sglang\.launch_server .*--port {host.port}( |$)",
+        )
+    code = main(["run", runbook, *host.cli_args(), *extra])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_the_default_server_pattern_finds_sglang_and_nothing_else():
+    from runbook_runner.runbook import load
+
+    pattern = load(Path(RECOVERY)).parameters["server_pattern"].default
+    assert re.search(pattern, "/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 8")
+    assert re.search(pattern, "sglang::scheduler_TP3")
+    assert not re.search(pattern, "python3 -m vllm.entrypoints.openai.api_server")
+    assert not re.search(pattern, "ps -eo pid,stat,args")
+
+
+def settle(host):
+    """Wait until the simulation has seen every killed server process go (any stand-in call looks)."""
+
+    def settled() -> bool:
+        host.ssh("nvidia-smi -L > /dev/null")
+        return not host.state().processes
+
+    wait_for(settled, 10, "the killed server processes to be gone")
+
+
+def test_the_seed_incident_is_fixed_at_the_reset_rung_resetting_only_gpus_0_and_2(gpu_host, capsys):
+    crash(gpu_host)  # a TP8 server whose death leaves GPUs 0 and 2 held
+    code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS, "--json")
+    assert code == ExitCode.OK, out
+    assert [call[-1] for call in resets(gpu_host)] == ["0", "2"]
+    assert "reached by step 'reset-gpus'" in out
+    calls = gpu_host.calls()
+    assert ["systemctl", "stop", "nvidia-persistenced"] in calls  # it blocks a reset
+    assert ["systemctl", "start", "nvidia-persistenced"] in calls  # and is put back
+    assert not any(c[0] in {"rmmod", "reboot"} for c in calls)
+    assert gpu_host.state().service("nvidia-persistenced").active
+
+
+def test_when_a_kill_suffices_the_ladder_stops_there(gpu_host, capsys):
+    host = gpu_host
+    host.set_state(eight_gpu_server())
+    result = host.ssh(
+        f"sim-server --name '{server_name(host)}' --ignore-term "
+        + " ".join(f"--gpu {i}:90000" for i in range(8))
+    )
+    assert result.returncode == 0
+    host.clear_calls()
+    code, out = run(capsys, host, RECOVERY, "--yes", *SHORT_WAITS)
+    assert code == ExitCode.OK, out
+    assert "reached by step 'kill-server'" in out
+    assert resets(host) == []
+    assert not any(c[:2] == ["systemctl", "stop"] for c in host.calls())
+
+
+def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, capsys):
+    crash(gpu_host)
+    gpu_host.ssh("pkill -KILL -f sglang")
+    settle(gpu_host)
+    state = gpu_host.state()
+    state.gpu(2).resets_that_fail = 99
+    state.module_held_by = "Xorg"  # nvidia_drm in use: the driver will not unload either
+    gpu_host.set_state(state)
+    gpu_host.clear_calls()
+    code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS)
+    assert code == ExitCode.GOAL_NOT_MET
+    assert [c[-1] for c in resets(gpu_host)] == ["0", "2"]
+    assert ["rmmod", "nvidia_uvm"] in gpu_host.calls()
+    assert not any(c[0] == "reboot" for c in gpu_host.calls())
+    assert "next: reboot the host: runbook run gpu-oom-recovery" in out
+    assert "--from reboot --allow-reboot" in out
+    assert "GPU 2: memory.used" in out
+
+
+def test_with_allow_reboot_the_host_reboots_reconnects_and_reaches_the_goal(gpu_host, capsys):
+    crash(gpu_host)
+    gpu_host.ssh("pkill -KILL -f sglang")
+    settle(gpu_host)
+    state = gpu_host.state()
+    state.gpu(2).resets_that_fail = 99
+    state.module_held_by = "Xorg"
+    gpu_host.set_state(state)
+    before = gpu_host.logins()
+    code, out = run(capsys, gpu_host, RECOVERY, "--yes", "--allow-reboot", *SHORT_WAITS)
+    assert code == ExitCode.OK, out
+    assert "reached by step 'reboot'" in out
+    assert gpu_host.state().boots == 2
+    assert gpu_host.logins() - before == 2  # the first connection dropped with the reboot
+
+
+def test_the_dry_run_of_the_recovery_changes_nothing(gpu_host, capsys):
+    crash(gpu_host)
+    gpu_host.ssh("pkill -KILL -f sglang")
+    settle(gpu_host)
+    before = gpu_host.state_file.read_bytes()
+    gpu_host.clear_calls()
+    code, out = run(capsys, gpu_host, RECOVERY, "--dry-run")
+    assert code == ExitCode.OK
+    assert gpu_host.state_file.read_bytes() == before
+    assert destructive_calls(gpu_host) == []
+    assert "would run: $ nvidia-smi --gpu-reset -i 0" in out
+
+
+@pytest.mark.parametrize(
+    ("launch", "code", "message"),
+    [
+        (
+            "python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 300",
+            ExitCode.GOAL_NOT_MET,
+            "8 ranks × 300 GB = 2,400 GB requested; 449 GiB total, 440 GiB available, less 10 GiB "
+            "SGLang keeps free and 10% headroom: at most 51 GB per rank fits",
+        ),
+        (
+            "python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 40",
+            ExitCode.OK,
+            "8 ranks × 40 GB = 320 GB requested",
+        ),
+    ],
+)
+def test_preflight_does_the_arithmetic(gpu_host, capsys, launch, code, message):
+    got = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}"])
+    out, _ = capsys.readouterr()
+    assert got == code
+    assert message in out
+
+
+def test_preflight_from_parameters_without_a_launch_command(gpu_host, capsys):
+    args = ["--set", "tp_size=8", "--set", "hicache_size_gb=300"]
+    assert main(["check", PREFLIGHT, *gpu_host.cli_args(), *args]) == ExitCode.GOAL_NOT_MET
+    assert "8 ranks × 300 GB" in capsys.readouterr()[0]
+
+
+def test_preflight_fails_when_a_gpu_still_holds_memory(gpu_host, capsys):
+    state = eight_gpu_server()
+    state.gpu(2).orphaned_mib = 96410
+    gpu_host.set_state(state)
+    launch = "python3 -m sglang.launch_server --tp 8 --hicache-size 40"
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}", "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr()[0])["checks"]}
+    assert code == ExitCode.GOAL_NOT_MET
+    assert checks["hicache-fits"]["ok"]
+    assert not checks["gpus-free"]["ok"]
+    assert "GPU 2: memory.used 96,413 MiB" in checks["gpus-free"]["message"]
+
+
+def test_node_health_changes_nothing(gpu_host, capsys):
+    crash(gpu_host)
+    gpu_host.ssh("nvidia-smi -L > /dev/null")  # let the simulation settle before the snapshot
+    before = gpu_host.state_file.read_bytes()
+    gpu_host.clear_calls()
+    code, out = run(capsys, gpu_host, HEALTH)
+    assert code == ExitCode.GOAL_NOT_MET
+    assert gpu_host.state_file.read_bytes() == before
+    assert destructive_calls(gpu_host) == []
+    assert "USER        PID ACCESS COMMAND" in out  # the holders, as fuser -v lists them
