@@ -1,0 +1,173 @@
+"""A runbook as a Markdown page for the MkDocs site (pure: a runbook in, text out).
+
+The site's hook (docs/hooks.py) renders one page per runbook with this at build
+time, so the page and the YAML can never drift apart.
+"""
+
+from __future__ import annotations
+
+from runbook_runner.runbook import Runbook, Step, seconds_text
+
+_AFFECTS = {
+    "process": "the server's processes (or the ones named)",
+    "service": "services of the node (persistence, monitoring)",
+    "gpu": "the GPUs it names",
+    "node": "the whole node: every GPU and every workload on it",
+}
+
+
+def _fence(text: str, language: str = "sh") -> str:
+    return f"```{language}\n{text.strip()}\n```"
+
+
+def _step(number: int, step: Step, runbook: Runbook) -> str:
+    lines = [f"### {number}. {step.title}", "", f"Step id: `{step.id}`", ""]
+    if step.destructive:
+        lines += [
+            f'!!! danger "Destructive: affects {step.affects}"',
+            f"    Changes {_AFFECTS.get(step.affects or '', step.affects)}. "
+            "`runbook run` asks before it unless `--yes`"
+            + (
+                "; a reboot is asked for even then, unless `--allow-reboot`."
+                if step.reboots
+                else "."
+            ),
+            "",
+        ]
+    else:
+        lines += ['!!! note "Read-only"', "    Changes nothing on the host.", ""]
+    if step.why:
+        lines += [" ".join(step.why.split()), ""]
+    if step.run:
+        lines += [_fence(step.run.source), ""]
+    facts = []
+    if step.for_each_failing:
+        facts.append(
+            f"Runs once for each item that fails [`{step.for_each_failing}`](#check-{step.for_each_failing}), "
+            "with `{{ item.FIELD }}` filled in."
+        )
+    if step.skip_if:
+        if set(step.skip_if) == set(runbook.goal):
+            facts.append("Skipped once the goal holds.")
+        else:
+            facts.append("Skipped when " + ", ".join(f"`{c}`" for c in step.skip_if) + " holds.")
+    if step.wait:
+        until = ", ".join(f"[`{c}`](#check-{c})" for c in step.wait.until)
+        facts.append(
+            f"Then waits up to {seconds_text(step.wait.timeout)} (polling every "
+            f"{seconds_text(step.wait.interval)}) until {until} hold."
+        )
+    if step.root:
+        facts.append("Needs root: runs through `sudo -n` when you do not log in as root.")
+    facts.append(
+        f"Timeout: {seconds_text(step.timeout)}; exit statuses that count as success: "
+        + ", ".join(str(c) for c in step.ok_exit)
+        + "."
+    )
+    facts.append(
+        "If it fails: "
+        + ("the next step is tried." if step.on_failure == "continue" else "the run stops.")
+    )
+    lines += [f"- {fact}" for fact in facts]
+    return "\n".join(lines)
+
+
+def render_page(runbook: Runbook, source: str) -> str:
+    """The Markdown of a runbook's page; ``source`` is its path in the repository."""
+    kind = (
+        f"destructive, blast radius **{runbook.blast_radius}**"
+        if runbook.destructive
+        else "read-only"
+    )
+    tags = "".join(f"\n  - {tag}" for tag in runbook.tags)
+    out = [
+        "---",
+        f"title: {runbook.title}",
+        f"tags:{tags}" if tags else "tags: []",
+        "---",
+        "",
+        f"# {runbook.title}",
+        "",
+        '!!! abstract "When to use it"',
+        f"    {' '.join(runbook.when.split()) or 'See the summary below.'}",
+        "",
+        " ".join(runbook.summary.split()),
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Runbook | `{runbook.name}`, from `{source}` |",
+        f"| Kind | {kind} |",
+        f"| Steps | {len(runbook.steps)} |",
+        "",
+        "## Run it",
+        "",
+        _fence(
+            f"runbook check {runbook.name} --host HOST          # read-only: the state and each check\n"
+            + (
+                f"runbook run {runbook.name} --host HOST --dry-run  # the plan, every command, nothing changes\n"
+                f"runbook run {runbook.name} --host HOST            # asks before each destructive step"
+                if runbook.steps
+                else ""
+            )
+        ),
+        "",
+        "## Goal",
+        "",
+        "The run ends by checking these; `runbook check` checks them without changing anything.",
+        "",
+    ]
+    for name in runbook.goal:
+        out.append(_check_line(runbook, name))
+    others = [n for n in runbook.checks if n not in runbook.goal]
+    if others:
+        out += ["", "Other checks the steps use:", ""] + [_check_line(runbook, n) for n in others]
+    if runbook.parameters:
+        out += [
+            "",
+            "## Parameters",
+            "",
+            "Set with `--set NAME=VALUE`.",
+            "",
+            "| Name | Type | Default | Description |",
+            "|---|---|---|---|",
+        ]
+        for p in runbook.parameters.values():
+            default = (
+                "required" if p.required else ("unset" if p.default is None else f"`{p.default}`")
+            )
+            bounds = []
+            if p.min is not None:
+                bounds.append(f"≥ {p.min:g}")
+            if p.max is not None:
+                bounds.append(f"≤ {p.max:g}")
+            extra = f" ({', '.join(bounds)})" if bounds else ""
+            description = " ".join(p.description.split()).replace("|", "\\|")
+            out.append(f"| `{p.name}` | {p.type}{extra} | {default} | {description} |")
+    if runbook.steps:
+        out += ["", "## Steps", ""]
+        for number, step in enumerate(runbook.steps, start=1):
+            out += [_step(number, step, runbook), ""]
+    out += ["", "## What it observes", "", "| Name | Parser | Command |", "|---|---|---|"]
+    for o in runbook.observations.values():
+        where = "" if o.command else " (parsed locally)"
+        command = " ".join(o.source.split()).replace("|", "\\|")
+        out.append(f"| `{o.name}` | {o.parser}{where} | `{command}` |")
+    if runbook.let:
+        out += ["", "Computed values:", ""] + [
+            f"- `{name}` = `{' '.join(e.source.split())}`" for name, e in runbook.let.items()
+        ]
+    if runbook.docs:
+        out += ["", "## Read more", ""] + [f"- [{page}](../{page})" for page in runbook.docs]
+    return "\n".join(out) + "\n"
+
+
+def _check_line(runbook: Runbook, name: str) -> str:
+    check = runbook.checks[name]
+    if check.every:
+        rule = f"every `{check.every}`: `{check.expect.source if check.expect else ''}`"
+    elif check.none:
+        rule = f"no `{check.none}`" + (f" where `{check.where.source}`" if check.where else "")
+    else:
+        rule = f"`{' '.join(check.expect.source.split()) if check.expect else ''}`"
+    hint = f" *What to do when it fails:* {check.hint}" if check.hint else ""
+    return f'- <span id="check-{name}"></span>**`{name}`**: {check.description} — {rule}.{hint}'

@@ -1,0 +1,112 @@
+"""The built site in a real headless Chromium, served on 127.0.0.1 and kept off the internet."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from test_docs import site  # noqa: F401  (the session's built site)
+
+from conftest import REPO
+from runbook_runner.runbook import load
+
+webdriver = pytest.importorskip("selenium.webdriver")
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs Debian's chromium and chromium-driver (scripts/test installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def served(site):  # noqa: F811
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-quic",
+        "--disable-sync",
+        "--disable-component-update",
+        "--disable-background-networking",
+        # Any name but loopback fails to resolve: a page reaching for a CDN breaks the test
+        # instead of sending traffic out.
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        "--window-size=1280,1000",
+    ]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, timeout=15):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def test_postmortem_renders_its_timeline_and_diagram(browser, served, tmp_path: Path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served}/postmortems/sglang-hicache-oom/")
+    tables = browser.find_elements(By.CSS_SELECTOR, "article table")
+    assert any("3854" in table.text and "Event" in table.text for table in tables)
+    # Material swaps <pre class="mermaid"> for a rendered <div class="mermaid"> once
+    # Mermaid (served from the site itself) has drawn it.
+    diagram = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.mermaid"))[0]
+    assert diagram.size["height"] > 100
+    assert not browser.find_elements(By.CSS_SELECTOR, "pre.mermaid")
+    browser.save_screenshot(str(tmp_path / "postmortem.png"))
+    assert (tmp_path / "postmortem.png").stat().st_size > 10_000
+
+
+def test_search_finds_hicache(browser, served):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served}/")
+    box = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input.md-search__input"))
+    box.click()  # on a wide window the search box sits in the header
+    box.send_keys("hicache")
+    results = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "li.md-search-result__item"))
+    titles = " ".join(r.text for r in results)
+    assert "HiCache" in titles
+
+
+def test_runbook_page_shows_its_steps(browser, served, tmp_path: Path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served}/runbooks/gpu-oom-recovery/")
+    steps = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
+    assert any("Reset only the GPUs that still hold memory" in s for s in steps)
+    assert len(steps) == len(load(REPO / "runbooks" / "gpu-oom-recovery.yaml").steps)
+    danger = browser.find_elements(By.CSS_SELECTOR, "article .admonition.danger")
+    runbook = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")
+    assert len(danger) == sum(step.destructive for step in runbook.steps)
+    browser.save_screenshot(str(tmp_path / "runbook.png"))
