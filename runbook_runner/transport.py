@@ -7,15 +7,11 @@ hint that says what to do.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
 import select
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import paramiko
@@ -23,37 +19,31 @@ import paramiko
 from runbook_runner.errors import (
     AuthenticationFailed,
     ConnectionLost,
-    HostKeyChanged,
     TransportError,
-    UnknownHostKey,
     Unreachable,
 )
+from runbook_runner.hostkeys import (
+    HostKeyPolicy,
+    fingerprint,
+    host_key_changed,
+    record_host_key,
+    unknown_host_key,
+)
+from runbook_runner.target import SshTarget, resolve_target
 from runbook_runner.template import quote
+
+__all__ = [
+    "CommandResult",
+    "SshTarget",
+    "SshTransport",
+    "fingerprint",
+    "record_host_key",
+    "resolve_target",
+    "unknown_host_key",
+]
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes kept per stream; the tail is what matters
 _PGID_MARK = "rbr-pgid:"
-
-
-def unknown_host_key(host: str, key: paramiko.PKey) -> UnknownHostKey:
-    return UnknownHostKey(
-        f"{host}: unknown host key {key.get_name()} {fingerprint(key)}",
-        "check the fingerprint with the host's owner, then re-run with --accept-new-host-key",
-    )
-
-
-def host_key_changed(host: str, expected: paramiko.PKey, got: paramiko.PKey) -> HostKeyChanged:
-    return HostKeyChanged(
-        f"{host}: HOST KEY CHANGED: known_hosts has {expected.get_name()} {fingerprint(expected)}, "
-        f"the host offered {got.get_name()} {fingerprint(got)}",
-        "someone may be intercepting the connection, or the host was reinstalled: "
-        "verify out of band, then remove the old line from known_hosts",
-    )
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint: ``SHA256:base64-without-padding``."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 class TailBuffer:
@@ -101,96 +91,6 @@ class CommandResult:
         return self.stdout_size > len(self.stdout.encode()) or self.stderr_size > len(
             self.stderr.encode()
         )
-
-
-@dataclass
-class SshTarget:
-    """Where and how to connect, after ~/.ssh/config was applied."""
-
-    host: str  # as the user named it (used for known_hosts and messages)
-    hostname: str  # what to connect to
-    port: int = 22
-    user: str | None = None
-    identity_files: list[str] = field(default_factory=list)
-    known_hosts: Path = field(default_factory=lambda: Path.home() / ".ssh" / "known_hosts")
-    accept_new_host_key: bool = False
-    connect_timeout: float = 10.0
-    proxy_jump: str | None = None
-    ssh_config: Path | None = None
-
-    @property
-    def label(self) -> str:
-        return self.host if self.port == 22 else f"{self.host}:{self.port}"
-
-
-def resolve_target(
-    host: str,
-    *,
-    port: int | None = None,
-    user: str | None = None,
-    identity_files: list[str] | None = None,
-    known_hosts: Path | None = None,
-    accept_new_host_key: bool = False,
-    connect_timeout: float = 10.0,
-    ssh_config: Path | None = None,
-) -> SshTarget:
-    """Command-line options first, then ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump)."""
-    if "@" in host and user is None:
-        user, host = host.rsplit("@", 1)
-    config_path = ssh_config or Path.home() / ".ssh" / "config"
-    entry: dict[str, Any] = {}
-    if config_path.is_file():
-        try:
-            entry = dict(paramiko.SSHConfig.from_path(str(config_path)).lookup(host))
-        except (OSError, paramiko.SSHException) as error:
-            raise Unreachable(
-                f"cannot read {config_path}: {error}", "fix or remove the file"
-            ) from None
-    elif ssh_config is not None:
-        raise Unreachable(f"{ssh_config}: no such file", "give an existing file to --ssh-config")
-    proxy = entry.get("proxyjump")
-    return SshTarget(
-        host=host,
-        hostname=entry.get("hostname", host),
-        port=port or int(entry.get("port", 22)),
-        user=user or entry.get("user"),
-        identity_files=(identity_files or []) + list(entry.get("identityfile", [])),
-        known_hosts=known_hosts or Path.home() / ".ssh" / "known_hosts",
-        accept_new_host_key=accept_new_host_key,
-        connect_timeout=connect_timeout,
-        proxy_jump=None if proxy in (None, "none") else proxy,
-        ssh_config=ssh_config,
-    )
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or record them when the operator said --accept-new-host-key."""
-
-    def __init__(self, target: SshTarget, on_record: Callable[[str, paramiko.PKey], None]) -> None:
-        self.target = target
-        self.on_record = on_record
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if not self.target.accept_new_host_key:
-            raise unknown_host_key(hostname, key)
-        record_host_key(self.target.known_hosts, hostname, key)
-        self.on_record(hostname, key)
-
-
-def record_host_key(known_hosts: Path, hostname: str, key: paramiko.PKey) -> None:
-    """Append one known_hosts line, as OpenSSH's accept-new does."""
-    known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-    with known_hosts.open("a", encoding="ascii") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _known_hosts_name(hostname: str, port: int) -> str:
-    return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
 PassphrasePrompt = Callable[[str], str | None]
@@ -296,7 +196,7 @@ class SshTransport:
 
     def _connect_one(self, target: SshTarget, sock: Any) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(_HostKeyPolicy(target, self.on_host_key_recorded))
+        client.set_missing_host_key_policy(HostKeyPolicy(target, self.on_host_key_recorded))
         if target.known_hosts.is_file():
             try:
                 client.get_host_keys().load(str(target.known_hosts))

@@ -66,6 +66,17 @@ def settle(host):
     wait_for(settled, 10, "the killed server processes to be gone")
 
 
+def only_a_reboot_helps(host):
+    """After the crash: GPU 2 refuses every reset and the driver will not unload."""
+    host.ssh("pkill -KILL -f sglang")
+    settle(host)
+    state = host.state()
+    state.gpu(2).resets_that_fail = 99
+    state.module_held_by = "Xorg"  # nvidia_drm in use by a display server
+    host.set_state(state)
+    host.clear_calls()
+
+
 def test_the_seed_incident_is_fixed_at_the_reset_rung_resetting_only_gpus_0_and_2(gpu_host, capsys):
     crash(gpu_host)  # a TP8 server whose death leaves GPUs 0 and 2 held
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS, "--json")
@@ -97,13 +108,7 @@ def test_when_a_kill_suffices_the_ladder_stops_there(gpu_host, capsys):
 
 def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, capsys):
     crash(gpu_host)
-    gpu_host.ssh("pkill -KILL -f sglang")
-    settle(gpu_host)
-    state = gpu_host.state()
-    state.gpu(2).resets_that_fail = 99
-    state.module_held_by = "Xorg"  # nvidia_drm in use: the driver will not unload either
-    gpu_host.set_state(state)
-    gpu_host.clear_calls()
+    only_a_reboot_helps(gpu_host)
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS)
     assert code == ExitCode.GOAL_NOT_MET
     assert [c[-1] for c in resets(gpu_host)] == ["0", "2"]
@@ -116,12 +121,7 @@ def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, 
 
 def test_with_allow_reboot_the_host_reboots_reconnects_and_reaches_the_goal(gpu_host, capsys):
     crash(gpu_host)
-    gpu_host.ssh("pkill -KILL -f sglang")
-    settle(gpu_host)
-    state = gpu_host.state()
-    state.gpu(2).resets_that_fail = 99
-    state.module_held_by = "Xorg"
-    gpu_host.set_state(state)
+    only_a_reboot_helps(gpu_host)
     before = gpu_host.logins()
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", "--allow-reboot", *SHORT_WAITS)
     assert code == ExitCode.OK, out

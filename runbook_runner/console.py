@@ -1,0 +1,177 @@
+"""Terminal input and output for the CLI: progress, prompts, the closing summary.
+
+With cli.py, the only code that prints or asks; the text itself comes from render.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+from runbook_runner import render
+from runbook_runner.runbook import Runbook
+
+if TYPE_CHECKING:
+    from runbook_runner.runner import ConfirmRequest, Event, RunReport
+
+OUTPUT_LINES = 25  # of each command's output, shown under its step
+
+
+class Output:
+    """Where people read progress: stdout, or stderr when stdout carries --json."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.stream: IO[str] = sys.stderr if as_json else sys.stdout
+        self.tty = self.stream.isatty()
+        self.style = render.Style(render.use_colour(self.stream))
+        self._live = False
+        self._last_live = 0.0
+
+    def line(self, text: str = "") -> None:
+        self.end_live()
+        print(text, file=self.stream, flush=True)
+
+    def live(self, text: str) -> None:
+        """A line rewritten in place on a terminal; elsewhere printed every 10 s at most."""
+        if self.tty:
+            print(f"\r\x1b[K{text}", end="", file=self.stream, flush=True)
+            self._live = True
+        elif time.monotonic() - self._last_live >= 10:
+            print(text, file=self.stream, flush=True)
+            self._last_live = time.monotonic()
+
+    def end_live(self) -> None:
+        if self._live:
+            print(file=self.stream, flush=True)
+            self._live = False
+
+
+def prompt_passphrase(prompt: str) -> str | None:
+    if not sys.stdin.isatty():
+        return None
+    return getpass.getpass(prompt)
+
+
+def report_state(out: Output, runbook: Runbook, observed: Any, title: str) -> None:
+    out.line(out.style(title, "bold"))
+    out.line(render.gpu_table(runbook, observed.state))
+    out.line(render.check_lines(observed.results, runbook, out.style))
+
+
+class Confirmer:
+    """Asks before each destructive step, naming the host and the exact commands."""
+
+    def __init__(self, args: argparse.Namespace, out: Output, host: str) -> None:
+        self.yes, self.out, self.host = args.yes, out, host
+        self.allow_reboot = args.allow_reboot
+        self.refusal: str | None = None
+        self.reboot_blocked = False
+
+    def __call__(self, request: ConfirmRequest) -> bool:
+        step = request.step
+        if step.reboots:
+            if self.allow_reboot:
+                return True
+            if not sys.stdin.isatty():
+                self.reboot_blocked = True
+                self.refusal = (
+                    f"step {step.id!r} reboots the host, which needs --allow-reboot "
+                    "(or a terminal to confirm it); not rebooting"
+                )
+                return False
+        elif self.yes:
+            return True
+        if not sys.stdin.isatty():
+            self.refusal = (
+                f"step {step.id!r} is destructive (affects {step.affects}) and needs a confirmation, "
+                "but stdin is not a terminal: re-run with --yes to allow it"
+            )
+            return False
+        self.out.line(
+            self.out.style(
+                f"  {step.title}: DESTRUCTIVE, affects {step.affects}, on {self.host}",
+                "yellow",
+                "bold",
+            )
+        )
+        for command in request.commands:
+            self.out.line(f"    $ {command}")
+        try:
+            answer = input("  Run it? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() in {"y", "yes"}:
+            return True
+        self.refusal = f"declined step {step.id!r}"
+        return False
+
+
+def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
+    from runbook_runner.runner import Reconnecting, StepDone, StepStarting, Waiting
+
+    numbers: dict[str, tuple[int, int]] = {}
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, StepStarting):
+            numbers[event.step.id] = (event.number, event.total)
+        elif isinstance(event, Waiting):
+            out.live(render.wait_line(event))
+        elif isinstance(event, Reconnecting):
+            out.live(
+                f"      waiting for the host to come back: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
+            )
+        elif isinstance(event, StepDone):
+            number, total = numbers.get(event.step.id, (0, len(runbook.steps)))
+            if not number:
+                number = [s.id for s in runbook.steps].index(event.step.id) + 1
+            out.line(render.step_line(event.record, number, total, out.style))
+            if event.record.status == "planned":
+                for command in event.record.commands:
+                    out.line(f"        would run: $ {command}")
+            for result in event.record.results:
+                printed = (result.stdout + result.stderr).rstrip().splitlines()
+                if len(printed) > OUTPUT_LINES:
+                    out.line(
+                        out.style(f"        | ... {len(printed) - OUTPUT_LINES} lines above", "dim")
+                    )
+                for text in printed[-OUTPUT_LINES:]:
+                    out.line(out.style(f"        | {text}", "dim"))
+
+    return on_event
+
+
+def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> None:
+    runbook = report.runbook
+    if report.before and report.after:
+        out.line(out.style("Before:", "bold"))
+        out.line(render.gpu_table(runbook, report.before.state))
+        out.line(out.style("After:", "bold"))
+        out.line(render.gpu_table(runbook, report.after.state))
+        out.line(render.check_lines(report.after.results, runbook, out.style))
+    if report.declined and confirmer.reboot_blocked:
+        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
+        step = next(r.id for r in report.steps if r.status == "declined")
+        out.line(
+            f"  next: reboot the host: runbook run {runbook.name} --host ... --from {step} --allow-reboot"
+        )
+    elif report.declined:
+        out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
+    elif report.ok:
+        how = (
+            f"by step {report.reached_by!r}"
+            if report.reached_by
+            else "already; nothing needed doing"
+        )
+        out.line(out.style(f"goal holds on {host}: reached {how}", "green", "bold"))
+    else:
+        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
+        stopped = [r for r in report.steps if r.status in {"failed", "timed_out"}]
+        if stopped:
+            out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}")
+        hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]
+        if hints:
+            out.line(f"  next: {hints[0]}")

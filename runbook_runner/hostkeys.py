@@ -1,0 +1,66 @@
+"""Host keys: fingerprints, known_hosts, and the policy for hosts not yet known.
+
+An unknown host is refused (with its fingerprint) unless the operator asked for
+OpenSSH's accept-new behaviour; a changed key is always refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import paramiko
+
+from runbook_runner.errors import HostKeyChanged, UnknownHostKey
+from runbook_runner.target import SshTarget
+
+
+def unknown_host_key(host: str, key: paramiko.PKey) -> UnknownHostKey:
+    return UnknownHostKey(
+        f"{host}: unknown host key {key.get_name()} {fingerprint(key)}",
+        "check the fingerprint with the host's owner, then re-run with --accept-new-host-key",
+    )
+
+
+def host_key_changed(host: str, expected: paramiko.PKey, got: paramiko.PKey) -> HostKeyChanged:
+    return HostKeyChanged(
+        f"{host}: HOST KEY CHANGED: known_hosts has {expected.get_name()} {fingerprint(expected)}, "
+        f"the host offered {got.get_name()} {fingerprint(got)}",
+        "someone may be intercepting the connection, or the host was reinstalled: "
+        "verify out of band, then remove the old line from known_hosts",
+    )
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint: ``SHA256:base64-without-padding``."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys, or record them when the operator said --accept-new-host-key."""
+
+    def __init__(self, target: SshTarget, on_record: Callable[[str, paramiko.PKey], None]) -> None:
+        self.target = target
+        self.on_record = on_record
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        if not self.target.accept_new_host_key:
+            raise unknown_host_key(hostname, key)
+        record_host_key(self.target.known_hosts, hostname, key)
+        self.on_record(hostname, key)
+
+
+def record_host_key(known_hosts: Path, hostname: str, key: paramiko.PKey) -> None:
+    """Append one known_hosts line, as OpenSSH's accept-new does."""
+    known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+    with known_hosts.open("a", encoding="ascii") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
