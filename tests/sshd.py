@@ -30,7 +30,7 @@ from runbook_runner.simhost.model import SimHost, eight_gpu_server
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "rbr-test"
-STANDINS = sorted({*standin.HANDLERS, "sim-server"})
+STANDINS = sorted({*standin.HANDLERS, "sudo"})
 
 
 def wait_for(condition, timeout: float, what: str, interval: float = 0.02):

@@ -1,0 +1,307 @@
+"""The commands a simulated GPU host answers, in one place for both of its front ends.
+
+The tests' stand-in executables (standin.py: real processes, real signals, one
+call per process) and the drill's simulated shell (shell.py: simulated processes
+and time) run these same functions over the same model, so both print the same
+formats. A command gets an :class:`Env`: the host, where to write, and the
+process table that signals reach.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runbook_runner.simhost import render
+from runbook_runner.simhost.model import SimHost, SimProcess
+
+
+class ProcessTable(Protocol):
+    def alive(self, pid: int) -> bool: ...
+
+    def cmdline(self, pid: int) -> str: ...
+
+    def signal(self, pid: int, signum: int) -> bool: ...
+
+
+@dataclass
+class Env:
+    host: SimHost
+    procs: ProcessTable
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    on_reboot: Callable[[], None] = lambda: None
+    user: str = field(default_factory=lambda: os.environ.get("USER", "root"))
+
+    def out(self, text: str) -> None:
+        self.stdout.append(text)
+
+    def err(self, text: str) -> None:
+        self.stderr.append(text)
+
+
+Command = Callable[[Env, list[str]], int]
+
+
+# -- nvidia-smi ------------------------------------------------------------------------
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def nvidia_smi(env: Env, args: list[str]) -> int:
+    host = env.host
+    if not host.driver_loaded:
+        env.out(render.DRIVER_NOT_LOADED)
+        return 9
+    fmt = (_option(args, "--format") or "csv").split(",")
+    header, units = "noheader" not in fmt, "nounits" not in fmt
+    ids_text = _option(args, "-i", "--id")
+    ids = [int(i) for i in ids_text.split(",")] if ids_text else None
+    try:
+        if (fields := _option(args, "--query-gpu")) is not None:
+            env.out(render.query_gpu(host, fields.split(","), header, units, ids))
+            return 0
+        if (fields := _option(args, "--query-compute-apps")) is not None:
+            env.out(render.query_compute_apps(host, fields.split(","), header, units))
+            return 0
+    except render.QueryError as error:
+        env.out(str(error))
+        return 2
+    if "-r" in args or "--gpu-reset" in args:
+        return _reset(env, ids)
+    if "-pm" in args or "--persistence-mode" in args:
+        enabled = (_option(args, "-pm", "--persistence-mode") or "1") in {"1", "ENABLED"}
+        for gpu in host.gpus:
+            if ids is None or gpu.index in ids:
+                gpu.persistence = enabled
+        env.out("All done.\n")
+        return 0
+    if "-L" in args:
+        env.out("".join(f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in host.gpus))
+        return 0
+    env.out(render.table(host))
+    return 0
+
+
+def _reset(env: Env, ids: list[int] | None) -> int:
+    host = env.host
+    if ids is None:
+        env.out("ERROR: a GPU reset needs -i with the GPU to reset.\n\n")
+        return 255
+    for index in ids:
+        gpu = host.gpu(index)
+        refusal = host.reset(gpu)
+        if refusal:
+            env.out(render.reset_refused(gpu, refusal))
+            return 255
+        env.out(render.reset_succeeded(gpu))
+    return 0
+
+
+# -- free, dmesg ---------------------------------------------------------------------------
+
+
+def free(env: Env, args: list[str]) -> int:
+    host = env.host
+    flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+    divisor = 1024
+    for letter, value in (("b", 1), ("k", 1024), ("m", 1024**2), ("g", 1024**3)):
+        if letter in flags:
+            divisor = value
+    env.out(render.free(host, divisor, human="h" in flags or "--human" in args))
+    return 0
+
+
+def dmesg(env: Env, args: list[str]) -> int:
+    host = env.host
+    env.out("".join(line + "\n" for line in host.kernel_messages))
+    return 0
+
+
+# -- process control ---------------------------------------------------------------------
+
+
+def _signal_of(args: list[str], default: int = signal.SIGTERM) -> int:
+    for i, arg in enumerate(args):
+        name = None
+        if arg in {"-s", "--signal"} and i + 1 < len(args):
+            name = args[i + 1]
+        elif arg.startswith("--signal="):
+            name = arg.split("=", 1)[1]
+        elif re.fullmatch(r"-(\d+|[A-Z]+[A-Z0-9]*)", arg):
+            name = arg[1:]
+        if name is not None:
+            if name.isdigit():
+                return int(name)
+            return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
+    return default
+
+
+def _send(env: Env, processes: list[SimProcess], signum: int) -> list[int]:
+    return [p.pid for p in processes if env.procs.signal(p.pid, signum)]
+
+
+def pkill(env: Env, args: list[str]) -> int:
+    host = env.host
+    """pkill [-SIGNAL|--signal S] [-f] PATTERN, over the registered server processes only."""
+    pattern = next((a for a in reversed(args) if not a.startswith("-")), None)
+    if pattern is None or args[-2:-1] in (["-s"], ["--signal"]):
+        env.err("pkill: no matching criteria specified\n")
+        return 2
+    full = "-f" in args or "--full" in args
+    matching = [
+        p
+        for p in host.processes
+        if re.search(
+            pattern,
+            env.procs.cmdline(p.pid)
+            if full
+            else env.procs.cmdline(p.pid).split(" ")[0].rsplit("/", 1)[-1],
+        )
+    ]
+    return 0 if _send(env, matching, _signal_of(args)) else 1
+
+
+def pgrep(env: Env, args: list[str]) -> int:
+    host = env.host
+    pattern = next((a for a in reversed(args) if not a.startswith("-")), "")
+    matching = [p for p in host.processes if re.search(pattern, env.procs.cmdline(p.pid))]
+    env.out("".join(f"{p.pid}\n" for p in matching))
+    return 0 if matching else 1
+
+
+def fuser(env: Env, args: list[str]) -> int:
+    host = env.host
+    """fuser [-v] [-k [-SIGNAL]] /dev/nvidia*: the GPU holders are registered processes and services."""
+    holders = [p for p in host.processes if p.gpu_mib]
+    services = [s for s in host.services if s.active and s.holds_gpus]
+    if not holders and not services:
+        return 1
+    if "-v" in args:
+        env.err("                     USER        PID ACCESS COMMAND\n")
+        for process in holders:
+            name = env.procs.cmdline(process.pid).split(" ")[0].rsplit("/", 1)[-1][:15]
+            env.err(f"/dev/nvidia0:        {env.user:<8} {process.pid:>6} F...m {name}\n")
+        for number, service in enumerate(services, start=1):
+            env.err(f"/dev/nvidiactl:      root     {9000 + number:>6} F.... {service.name[:15]}\n")
+    elif "-s" not in args:
+        env.out(" ".join(str(p.pid) for p in holders) + "\n")
+    if "-k" in args:
+        _send(env, holders, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL))
+        for service in services:
+            service.active = False  # fuser -k takes the persistence daemon down too
+    return 0
+
+
+# -- services, modules, power --------------------------------------------------------------
+
+
+def systemctl(env: Env, args: list[str]) -> int:
+    host = env.host
+    words = [a for a in args if not a.startswith("-")]
+    quiet = "--quiet" in args or "-q" in args
+    if words[:1] == ["reboot"]:
+        return reboot(env, [])
+    if len(words) < 2:
+        env.err("systemctl: this stand-in needs VERB UNIT\n")
+        return 1
+    verb, units = words[0], words[1:]
+    for unit in units:
+        service = host.service(unit)
+        if verb in {"is-active", "is-enabled"}:
+            if verb == "is-active":
+                yes = service is not None and service.active
+                answer = "active" if yes else "inactive"
+            else:
+                yes = service is not None and service.enabled
+                answer = "enabled" if yes else "disabled"
+            if not quiet:
+                env.out(answer + "\n")
+            if not yes:
+                return 3 if verb == "is-active" else 1
+        elif service is None:
+            env.err(f"Failed to {verb} {unit}: Unit {unit} not loaded.\n")
+            return 5
+        elif verb in {"stop", "start", "restart"}:
+            service.active = verb != "stop"
+    return 0
+
+
+MODULES = ("nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
+
+
+def lsmod(env: Env, args: list[str]) -> int:
+    host = env.host
+    env.out("Module                  Size  Used by\n")
+    if host.driver_loaded:
+        for module in MODULES:
+            env.out(f"{module:<24}{1_000_000:>8}  0\n")
+    return 0
+
+
+def rmmod(env: Env, args: list[str]) -> int:
+    host = env.host
+    for module in [a for a in args if not a.startswith("-")]:
+        if not host.driver_loaded:
+            env.err(f"rmmod: ERROR: Module {module} is not currently loaded\n")
+            return 1
+        held = any(p.gpu_mib for p in host.processes) or any(
+            s.active and s.holds_gpus for s in host.services
+        )
+        if held or (host.module_held_by and module in {"nvidia_drm", "nvidia_modeset", "nvidia"}):
+            env.err(f"rmmod: ERROR: Module {module} is in use\n")
+            return 1
+        if module == "nvidia":
+            host.driver_loaded = False
+            for gpu in host.gpus:
+                gpu.orphaned_mib = 0
+    return 0
+
+
+def modprobe(env: Env, args: list[str]) -> int:
+    host = env.host
+    if "-r" not in args and any(a in MODULES for a in args):
+        host.driver_loaded = True
+    return 0
+
+
+def reboot(env: Env, args: list[str]) -> int:
+    """Reboot the simulation: end its server processes, reset its state, drop the session."""
+    host = env.host
+    for process in host.processes:
+        env.procs.signal(process.pid, signal.SIGKILL)
+    host.reboot()
+    env.on_reboot()
+    return 0
+
+
+def record_only(env: Env, args: list[str]) -> int:
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "nvidia-smi": nvidia_smi,
+    "free": free,
+    "dmesg": dmesg,
+    "pkill": pkill,
+    "pgrep": pgrep,
+    "fuser": fuser,
+    "systemctl": systemctl,
+    "lsmod": lsmod,
+    "rmmod": rmmod,
+    "modprobe": modprobe,
+    "reboot": reboot,
+    "shutdown": record_only,
+}
