@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -23,6 +24,7 @@ from runbook_runner.runbook import (
 )
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
+    from runbook_runner.runner import RunReport
     from runbook_runner.transport import SshTransport
 
 EPILOG = f"""\
@@ -194,6 +196,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _execute_run(args)[0]
+
+
+def _execute_run(
+    args: argparse.Namespace,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[int, RunReport | None]:
+    """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
     from runbook_runner.runner import Runner
 
     runbook, params = _load_with_params(args)
@@ -210,7 +221,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.line(f"{runbook.name} on {host}{mode}")
         confirmer = console.Confirmer(args, out, host)
         runner = Runner(
-            runbook, params, transport, on_event=console.printer(out, runbook), confirm=confirmer
+            runbook,
+            params,
+            transport,
+            on_event=console.printer(out, runbook),
+            confirm=confirmer,
+            clock=clock,
+            sleep=sleep,
         )
         report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
     console.closing(out, report, host, confirmer)
@@ -230,10 +247,48 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     if report.declined:
         # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
-        return ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
-    if args.dry_run:
-        return ExitCode.OK
-    return ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
+        code = ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
+    elif args.dry_run:
+        code = ExitCode.OK
+    else:
+        code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
+    return code, report
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    from runbook_runner import drill as drills
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(
+            f"--scenario {args.scenario}: no such scenario (scenarios: {', '.join(SCENARIOS)})",
+            "runbook drill",
+        )
+    _load_named(args)  # a bad runbook name fails before anything starts
+    drill = drills.start(args.scenario)
+    out = console.Output(args.json)
+    try:
+        out.line(out.style(f"Drill: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
+        out.line(
+            f"A simulated 8 x RTX PRO 6000 server with 449 GiB of RAM answers over SSH on "
+            f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
+        )
+        started = drill.host.clock.now()
+        args.host, args.port, args.user = "127.0.0.1", drill.host.port, "root"
+        args.identity, args.known_hosts = [str(drill.identity)], str(drill.known_hosts)
+        args.ssh_config, args.accept_new_host_key, args.connect_timeout = (
+            str(drill.ssh_config),
+            False,
+            5.0,
+        )
+        args.dry_run, args.from_step = False, None
+        code, report = _execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
+        console.debrief(
+            out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
+        )
+        return code
+    finally:
+        drill.close()
 
 
 def _add_host_options(sub: argparse.ArgumentParser) -> None:
@@ -341,6 +396,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
     )
+    drill = add(
+        "drill",
+        cmd_drill,
+        "practise a runbook on a simulated crashed GPU server over real SSH (changes nothing here)",
+        "runbook drill gpu-oom-recovery --scenario stuck-d-state",
+    )
+    drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+    drill.add_argument(
+        "--scenario",
+        default="oom-crash",
+        help="oom-crash (default), slow-teardown, persistence-blocks-reset, stuck-d-state",
+    )
+    drill.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
+    drill.add_argument("--allow-reboot", action="store_true", help="let the reboot rung run")
+    drill.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="set a parameter"
+    )
+    drill.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return parser
 
 

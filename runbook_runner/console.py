@@ -175,3 +175,30 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
         hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]
         if hints:
             out.line(f"  next: {hints[0]}")
+
+
+def debrief(out: Output, report: RunReport | None, changes: list[str], simulated_s: float) -> None:
+    """The end of a drill: which rungs ran, what they changed, which one worked, what to read."""
+    if report is None:
+        return
+    style = out.style
+    out.line("")
+    out.line(style("Debrief", "bold"))
+    out.line("  Rungs:")
+    for record in report.steps:
+        note = (
+            f"  ({record.message})" if record.status in {"failed", "timed_out", "declined"} else ""
+        )
+        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+    out.line("  What changed on the host:")
+    for change in changes or ["nothing"]:
+        out.line(f"    $ {change}")
+    if report.ok:
+        out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
+    else:
+        out.line(style("  No rung reached the goal.", "red", "bold"))
+    out.line(f"  Simulated time: {simulated_s / 60:.1f} min")
+    if report.runbook.docs:
+        out.line("  Read next:")
+        for page in report.runbook.docs:
+            out.line(f"    docs/{page}")

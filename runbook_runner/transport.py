@@ -7,6 +7,7 @@ hint that says what to do.
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import time
@@ -41,6 +42,9 @@ __all__ = [
     "resolve_target",
     "unknown_host_key",
 ]
+
+# paramiko logs socket errors itself; the runner reports transport failures as one line.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes kept per stream; the tail is what matters
 _PGID_MARK = "rbr-pgid:"

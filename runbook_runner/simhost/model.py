@@ -39,6 +39,11 @@ class SimProcess:
     gpu_mib: dict[str, int] = field(default_factory=dict)  # GPU index (as text) -> MiB
     host_bytes: int = 0  # pinned host memory
     orphan_gpu_memory: bool = False  # on exit, its GPU memory stays held (the incident)
+    # For simulated processes (the drill); the tests' real processes ignore these.
+    teardown_s: float = 0.0  # after a fatal signal, seconds in D state before it is gone
+    ignores_term: bool = False
+    stuck: bool = False  # in D state for good: no signal ends it
+    exits_at: float | None = None  # simulated time at which it is gone
 
 
 @dataclass

@@ -1,0 +1,714 @@
+"""A small POSIX-shell subset for the drill's simulated host. Nothing here runs for real.
+
+Enough of sh to run what the runbooks and the transport send: ``;``, newlines,
+``&&``, ``||``, ``!``, pipes, ``if/then/elif/else/fi``, ``for/in/do/done``,
+variables (``$x``, ``${x}``, ``$$``, ``$?``), quotes, and the redirections
+``>&2``, ``2>&1``, ``>/dev/null``, ``2>/dev/null``. Commands are the simulator's
+(commands.py) plus a few utilities (echo, printf, grep, head, tail, ps, kill,
+sleep, id...). Anything else fails with "not simulated", never a silent success.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runbook_runner.simhost.commands import COMMANDS, Env
+
+Word = list[tuple[str, str]]  # (text, kind): kind "lit" (quoted), "dq" (double-quoted), "bare"
+_OPERATORS = ("&&", "||", ";;", ";", "|", "\n", "(", ")")
+_RESERVED = {"if", "then", "elif", "else", "fi", "for", "in", "do", "done", "!"}
+
+
+class ShellSyntaxError(Exception):
+    pass
+
+
+class _Exit(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+# -- lexing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Token:
+    kind: str  # "word", "op", "redirect"
+    word: Word = field(default_factory=list)
+    text: str = ""
+
+
+def _lex(source: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    i, n = 0, len(source)
+    word: Word = []
+
+    def flush() -> None:
+        nonlocal word
+        if word:
+            tokens.append(_Token("word", word))
+            word = []
+
+    while i < n:
+        c = source[i]
+        if c in " \t":
+            flush()
+            i += 1
+        elif c == "\\" and i + 1 < n:
+            if source[i + 1] == "\n":
+                i += 2  # line continuation
+            else:
+                word.append((source[i + 1], "lit"))
+                i += 2
+        elif c == "'":
+            end = source.find("'", i + 1)
+            if end < 0:
+                raise ShellSyntaxError("unterminated quoted string")
+            word.append((source[i + 1 : end], "lit"))
+            i = end + 1
+        elif c == '"':
+            j, text = i + 1, ""
+            while j < n and source[j] != '"':
+                if source[j] == "\\" and j + 1 < n and source[j + 1] in '"\\$`':
+                    text += "\\" + source[j + 1] if source[j + 1] == "$" else source[j + 1]
+                    j += 2
+                else:
+                    text += source[j]
+                    j += 1
+            if j >= n:
+                raise ShellSyntaxError("unterminated quoted string")
+            word.append((text, "dq"))
+            i = j + 1
+        elif c == "#" and not word:
+            while i < n and source[i] != "\n":
+                i += 1
+        elif c in "<>":
+            fd = ""
+            if len(word) == 1 and word[0][1] == "bare" and word[0][0].isdigit():
+                fd, word = word[0][0], []  # "2>&1": the 2 is the descriptor, not a word
+            flush()
+            match = re.match(r"([<>])(&\d|\s*[^\s;&|()<>]+)", source[i:])
+            if match is None:
+                raise ShellSyntaxError("a redirection needs a target")
+            tokens.append(_Token("redirect", text=fd + match[1] + match[2].strip()))
+            i += len(match.group(0))
+        elif c in "&|;\n()":
+            flush()
+            two = source[i : i + 2]
+            op = two if two in ("&&", "||", ";;") else c
+            if op == "&":
+                raise ShellSyntaxError("background jobs (&) are not simulated")
+            tokens.append(_Token("op", text=op))
+            i += len(op)
+        else:
+            j = i
+            while j < n and source[j] not in " \t\\'\"&|;\n()<>":
+                j += 1
+            if j == i:  # a lone > or < inside a word
+                j = i + 1
+            word.append((source[i:j], "bare"))
+            i = j
+    flush()
+    return tokens
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Simple:
+    assignments: list[tuple[str, Word]]
+    words: list[Word]
+    redirects: list[str]
+
+
+@dataclass
+class Pipeline:
+    commands: list[Any]
+    negate: bool = False
+
+
+@dataclass
+class AndOr:
+    first: Pipeline
+    rest: list[tuple[str, Pipeline]]
+
+
+@dataclass
+class If:
+    branches: list[tuple[list[AndOr], list[AndOr]]]
+    otherwise: list[AndOr] | None
+
+
+@dataclass
+class For:
+    name: str
+    items: list[Word] | None
+    body: list[AndOr]
+
+
+def _plain(word: Word) -> str | None:
+    """The word's text if it is one unquoted piece (a reserved word can only be that)."""
+    return word[0][0] if len(word) == 1 and word[0][1] == "bare" else None
+
+
+class _Parser:
+    def __init__(self, tokens: list[_Token]) -> None:
+        self.tokens = tokens
+        self.at = 0
+
+    def peek(self) -> _Token | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def peek_word(self) -> str | None:
+        token = self.peek()
+        return _plain(token.word) if token and token.kind == "word" else None
+
+    def take(self) -> _Token:
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def skip_separators(self) -> None:
+        while (token := self.peek()) and token.kind == "op" and token.text in (";", "\n"):
+            self.take()
+
+    def expect_word(self, word: str) -> None:
+        self.skip_separators()
+        if self.peek_word() != word:
+            found = self.peek()
+            raise ShellSyntaxError(
+                f"expected '{word}', found {found.text or _plain(found.word) if found else 'end'}"
+            )
+        self.take()
+
+    def list_until(self, *ends: str) -> list[AndOr]:
+        items: list[AndOr] = []
+        while True:
+            self.skip_separators()
+            token = self.peek()
+            if token is None or (self.peek_word() in ends):
+                return items
+            if token.kind == "op" and token.text == ")":
+                return items
+            items.append(self.and_or())
+
+    def and_or(self) -> AndOr:
+        first = self.pipeline()
+        rest = []
+        while (token := self.peek()) and token.kind == "op" and token.text in ("&&", "||"):
+            op = self.take().text
+            while (t := self.peek()) and t.kind == "op" and t.text == "\n":
+                self.take()
+            rest.append((op, self.pipeline()))
+        return AndOr(first, rest)
+
+    def pipeline(self) -> Pipeline:
+        negate = False
+        if self.peek_word() == "!":
+            self.take()
+            negate = True
+        commands = [self.command()]
+        while (token := self.peek()) and token.kind == "op" and token.text == "|":
+            self.take()
+            commands.append(self.command())
+        return Pipeline(commands, negate)
+
+    def command(self) -> Any:
+        word = self.peek_word()
+        if word == "if":
+            return self.if_clause()
+        if word == "for":
+            return self.for_clause()
+        return self.simple()
+
+    def if_clause(self) -> If:
+        self.take()
+        branches = []
+        condition = self.list_until("then")
+        self.expect_word("then")
+        body = self.list_until("elif", "else", "fi")
+        branches.append((condition, body))
+        otherwise = None
+        while True:
+            word = self.peek_word()
+            if word == "elif":
+                self.take()
+                condition = self.list_until("then")
+                self.expect_word("then")
+                branches.append((condition, self.list_until("elif", "else", "fi")))
+            elif word == "else":
+                self.take()
+                otherwise = self.list_until("fi")
+            else:
+                self.expect_word("fi")
+                return If(branches, otherwise)
+
+    def for_clause(self) -> For:
+        self.take()
+        token = self.take()
+        name = _plain(token.word) if token.kind == "word" else None
+        if not name or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise ShellSyntaxError("for needs a variable name")
+        items = None
+        if self.peek_word() == "in":
+            self.take()
+            items = []
+            while (t := self.peek()) and t.kind == "word":
+                items.append(self.take().word)
+        self.expect_word("do")
+        body = self.list_until("done")
+        self.expect_word("done")
+        return For(name, items, body)
+
+    def simple(self) -> Simple:
+        assignments: list[tuple[str, Word]] = []
+        words: list[Word] = []
+        redirects: list[str] = []
+        while (token := self.peek()) and token.kind in ("word", "redirect"):
+            if token.kind == "redirect":
+                redirects.append(self.take().text)
+                continue
+            if not words and words is not None and token.word and token.word[0][1] == "bare":
+                match = re.match(r"([A-Za-z_]\w*)=(.*)$", token.word[0][0], re.S)
+                if match:
+                    self.take()
+                    assignments.append((match[1], [(match[2], "bare"), *token.word[1:]]))
+                    continue
+            if (
+                words
+                and _plain(token.word) in _RESERVED - {"!"}
+                and _plain(token.word) not in ("in",)
+            ):
+                break
+            if not words and _plain(token.word) in ("then", "do", "done", "fi", "elif", "else"):
+                break
+            words.append(self.take().word)
+        if not words and not assignments and not redirects:
+            token = self.peek()
+            found = (token.text or _plain(token.word)) if token else "end of input"
+            raise ShellSyntaxError(f"syntax error near {found!r}")
+        return Simple(assignments, words, redirects)
+
+
+def parse(source: str) -> list[AndOr]:
+    parser = _Parser(_lex(source))
+    items = parser.list_until()
+    if parser.peek() is not None:
+        raise ShellSyntaxError(f"syntax error near {parser.peek().text!r}")  # type: ignore[union-attr]
+    return items
+
+
+# -- running --------------------------------------------------------------------------------------
+
+Utility = Callable[["Shell", list[str], str], int]
+
+
+class Shell:
+    """Runs scripts against a simulated host; ``env`` collects stdout and stderr."""
+
+    def __init__(
+        self, env: Env, *, pid: int = 3000, utilities: dict[str, Utility] | None = None
+    ) -> None:
+        self.env = env
+        self.vars: dict[str, str] = {"$": str(pid), "?": "0", "HOME": "/root", "USER": "root"}
+        self.utilities = dict(UTILITIES if utilities is None else utilities)
+        self.calls: list[list[str]] = []
+
+    def run(self, source: str) -> int:
+        try:
+            script = parse(source)
+        except ShellSyntaxError as error:
+            self.env.err(f"sh: syntax error: {error}\n")
+            return 2
+        try:
+            return self.run_list(script)
+        except _Exit as done:
+            return done.status
+
+    def run_list(self, items: list[AndOr]) -> int:
+        status = 0
+        for item in items:
+            status = self.run_and_or(item)
+        return status
+
+    def run_and_or(self, item: AndOr) -> int:
+        status = self.run_pipeline(item.first)
+        for op, pipeline in item.rest:
+            if (op == "&&" and status == 0) or (op == "||" and status != 0):
+                status = self.run_pipeline(pipeline)
+        return status
+
+    def run_pipeline(self, pipeline: Pipeline, stdin: str = "") -> int:
+        status = 0
+        data = stdin
+        for number, command in enumerate(pipeline.commands):
+            last = number == len(pipeline.commands) - 1
+            if last:
+                status = self.run_command(command, data)
+            else:
+                captured = Env(
+                    self.env.host, self.env.procs, on_reboot=self.env.on_reboot, user=self.env.user
+                )
+                saved, self.env = self.env, captured
+                try:
+                    self.run_command(command, data)
+                finally:
+                    self.env = saved
+                    self.env.stderr.extend(captured.stderr)
+                data = "".join(captured.stdout)
+        status = (0 if status else 1) if pipeline.negate else status
+        self.vars["?"] = str(status)
+        return status
+
+    def run_command(self, command: Any, stdin: str) -> int:
+        if isinstance(command, If):
+            for condition, body in command.branches:
+                if self.run_list(condition) == 0:
+                    return self.run_list(body)
+            return self.run_list(command.otherwise) if command.otherwise is not None else 0
+        if isinstance(command, For):
+            values = [v for item in command.items or [] for v in self.expand(item)]
+            status = 0
+            for value in values:
+                self.vars[command.name] = value
+                status = self.run_list(command.body)
+            return status
+        return self.run_simple(command, stdin)
+
+    def expand(self, word: Word) -> list[str]:
+        """Expand variables; unquoted results are split on blanks (no globbing: no such files)."""
+        fields: list[str] = [""]
+        quoted = False
+
+        def substitute(text: str) -> str:
+            return re.sub(
+                r"\$(?:\{(\w+)\}|(\w+|\$|\?))",
+                lambda m: self.vars.get(m[1] or m[2], ""),
+                text,
+            ).replace("\\$", "$")
+
+        for text, kind in word:
+            if kind == "lit":
+                fields[-1] += text
+                quoted = True
+            elif kind == "dq":
+                fields[-1] += substitute(text)
+                quoted = True
+            else:
+                value = substitute(text)
+                if "$" in text:
+                    parts = value.split()
+                    if not parts:
+                        continue
+                    if value[:1].isspace():
+                        fields.append("")
+                    fields[-1] += parts[0]
+                    for part in parts[1:]:
+                        fields.append(part)
+                    if value[-1:].isspace():
+                        fields.append("")
+                else:
+                    fields[-1] += value
+        return [f for f in fields if f or quoted]
+
+    def run_simple(self, command: Simple, stdin: str) -> int:
+        for name, word in command.assignments:
+            self.vars[name] = " ".join(self.expand(word))
+        argv = [value for word in command.words for value in self.expand(word)]
+        if not argv:
+            return 0
+        out, err = self.env.stdout, self.env.stderr
+        capture_out: list[str] = []
+        capture_err: list[str] = []
+        self.env.stdout, self.env.stderr = capture_out, capture_err
+        try:
+            status = self.call(argv, stdin)
+        finally:
+            self.env.stdout, self.env.stderr = out, err
+        self.redirect(command.redirects, "".join(capture_out), "".join(capture_err))
+        self.vars["?"] = str(status)
+        return status
+
+    def redirect(self, redirects: list[str], stdout: str, stderr: str) -> None:
+        targets = {0: "in", 1: "out", 2: "err"}
+        for spec in redirects:
+            match = re.fullmatch(r"(\d?)>&(\d)", spec)
+            if match:
+                source = int(match[1] or 1)
+                targets[source] = targets[int(match[2])]
+                continue
+            match = re.fullmatch(r"(\d?)([<>])(\S+)", spec)
+            if match and (match[2] == "<" or match[3] != "/dev/null"):
+                self.env.err(f"sh: {spec}: files are not simulated; only /dev/null\n")
+            if match:
+                targets[int(match[1] or (0 if match[2] == "<" else 1))] = "null"
+        for text, fd in ((stdout, 1), (stderr, 2)):
+            if targets[fd] == "out":
+                self.env.out(text)
+            elif targets[fd] == "err":
+                self.env.err(text)
+
+    def call(self, argv: list[str], stdin: str) -> int:
+        name, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+        self.calls.append([name, *args])
+        if name in self.utilities:
+            return self.utilities[name](self, args, stdin)
+        if name in COMMANDS:
+            return COMMANDS[name](self.env, args)
+        self.env.err(
+            f"sh: {name}: not simulated in this drill (the simulated host knows: "
+            f"{', '.join(sorted({*COMMANDS, *self.utilities}))})\n"
+        )
+        return 127
+
+
+# -- utilities ------------------------------------------------------------------------------------
+
+
+def _echo(shell: Shell, args: list[str], stdin: str) -> int:
+    newline = True
+    if args[:1] == ["-n"]:
+        newline, args = False, args[1:]
+    shell.env.out(" ".join(args) + ("\n" if newline else ""))
+    return 0
+
+
+def _printf(shell: Shell, args: list[str], stdin: str) -> int:
+    if not args:
+        return 1
+    fmt, values = args[0].replace("\\n", "\n").replace("\\t", "\t"), args[1:]
+    count = max(1, fmt.count("%s"))
+    chunks = [values[i : i + count] for i in range(0, max(len(values), 1), count)] or [[]]
+    for chunk in chunks:
+        padded = chunk + [""] * (count - len(chunk))
+        shell.env.out(
+            fmt.replace("%%", "\0").replace("%s", "{}").format(*padded).replace("\0", "%")
+        )
+    return 0
+
+
+def _grep(shell: Shell, args: list[str], stdin: str) -> int:
+    flags = {a for a in args if a.startswith("-")}
+    patterns = [a for a in args if not a.startswith("-")]
+    if not patterns:
+        shell.env.err("grep: no pattern\n")
+        return 2
+    regex = re.compile(patterns[0], re.I if "-i" in flags else 0)
+    invert = "-v" in flags
+    matching = [line for line in stdin.splitlines() if bool(regex.search(line)) != invert]
+    if "-c" in flags:
+        shell.env.out(f"{len(matching)}\n")
+    elif "-q" not in flags:
+        shell.env.out("".join(line + "\n" for line in matching))
+    return 0 if matching else 1
+
+
+def _count(args: list[str], default: int = 10) -> int:
+    for i, arg in enumerate(args):
+        if arg == "-n" and i + 1 < len(args):
+            return int(args[i + 1])
+        if re.fullmatch(r"-n?\d+", arg):
+            return int(arg.lstrip("-n"))
+    return default
+
+
+def _head(shell: Shell, args: list[str], stdin: str) -> int:
+    shell.env.out("".join(line + "\n" for line in stdin.splitlines()[: _count(args)]))
+    return 0
+
+
+def _tail(shell: Shell, args: list[str], stdin: str) -> int:
+    lines = stdin.splitlines()
+    count = _count(args)
+    shell.env.out("".join(line + "\n" for line in (lines[-count:] if count else [])))
+    return 0
+
+
+def _wc(shell: Shell, args: list[str], stdin: str) -> int:
+    shell.env.out(f"{len(stdin.splitlines())}\n")
+    return 0
+
+
+def _cat(shell: Shell, args: list[str], stdin: str) -> int:
+    if args and args != ["-"]:
+        shell.env.err(f"cat: {args[0]}: not simulated\n")
+        return 1
+    shell.env.out(stdin)
+    return 0
+
+
+def _true(shell: Shell, args: list[str], stdin: str) -> int:
+    return 0
+
+
+def _false(shell: Shell, args: list[str], stdin: str) -> int:
+    return 1
+
+
+def _exit(shell: Shell, args: list[str], stdin: str) -> int:
+    raise _Exit(int(args[0]) if args else int(shell.vars.get("?", "0")))
+
+
+def _id(shell: Shell, args: list[str], stdin: str) -> int:
+    if "-u" in args and "-n" not in "".join(args):
+        shell.env.out("0\n")
+    elif "-un" in args or ("-u" in args and "-n" in args):
+        shell.env.out("root\n")
+    else:
+        shell.env.out("uid=0(root) gid=0(root) groups=0(root)\n")
+    return 0
+
+
+def _sleep(shell: Shell, args: list[str], stdin: str) -> int:
+    clock = getattr(shell.env.procs, "clock", None)
+    if clock is not None and args:
+        clock.sleep(float(args[0].rstrip("s")))
+    return 0
+
+
+def _kill(shell: Shell, args: list[str], stdin: str) -> int:
+    signum = signal.SIGTERM
+    targets = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "-s" and rest:
+            name = rest.pop(0)
+            signum = _signal(name)
+        elif arg == "--":
+            targets += rest
+            break
+        elif re.fullmatch(r"-[A-Z]+\d*|-\d+", arg) and not targets:
+            signum = _signal(arg[1:])
+        else:
+            targets.append(arg)
+    status = 0
+    for target in targets:
+        if not target.lstrip("-").isdigit():
+            shell.env.err(f"kill: {target}: arguments must be process IDs\n")
+            return 1
+        if int(target) < 0 or not shell.env.procs.signal(int(target), signum):
+            shell.env.err(f"kill: ({target}) - No such process\n")
+            status = 1
+    return status
+
+
+def _signal(name: str) -> int:
+    if name.isdigit():
+        return int(name)
+    return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
+
+
+def _ps(shell: Shell, args: list[str], stdin: str) -> int:
+    fields = ["pid", "tty", "time", "cmd"]
+    for i, arg in enumerate(args):
+        if arg in ("-o", "-eo") and i + 1 < len(args):
+            fields = args[i + 1].split(",")
+    table = shell.env.procs
+    rows = [(1, "Ss", "ep_poll", "/sbin/init"), (812, "Ss", "do_select", "sshd: /usr/sbin/sshd -D")]
+    rows += [
+        (p.pid, table.state(p.pid), table.wchan(p.pid), p.cmdline)  # type: ignore[attr-defined]
+        for p in shell.env.host.processes
+        if table.alive(p.pid)
+    ]
+    rows.append((int(shell.vars["$"]), "Ss", "do_wait", "sh -c (this command)"))
+    headers = {"pid": "PID", "stat": "STAT", "args": "COMMAND", "cmd": "CMD", "comm": "COMMAND"}
+    out = []
+    for row in [None, *rows]:
+        cells = []
+        for f in fields:
+            name, _, width = f.partition(":")
+            if row is None:
+                text = headers.get(name, name.upper())
+            else:
+                text = {
+                    "pid": str(row[0]),
+                    "stat": row[1],
+                    "wchan": row[2],
+                    "args": row[3],
+                    "cmd": row[3],
+                    "comm": row[3].split()[0],
+                }.get(name, "-")
+            if name == "pid":
+                cells.append(f"{text:>7}")
+            elif name in ("args", "cmd", "comm"):
+                cells.append(text)
+            else:
+                cells.append(f"{text:<{int(width) if width else 4}}")
+        out.append(" ".join(cells).rstrip() + "\n")
+    shell.env.out("".join(out))
+    return 0
+
+
+def _sudo(shell: Shell, args: list[str], stdin: str) -> int:
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        if rest.pop(0) in ("-u", "-g") and rest:
+            rest.pop(0)
+    return shell.call(rest, stdin) if rest else 1
+
+
+def _sh(shell: Shell, args: list[str], stdin: str) -> int:
+    if len(args) >= 2 and args[0] == "-c":
+        inner = Shell(shell.env, pid=int(shell.vars["$"]) + 1, utilities=shell.utilities)
+        inner.calls = shell.calls
+        return inner.run(args[1])
+    shell.env.err("sh: only 'sh -c SCRIPT' is simulated\n")
+    return 2
+
+
+def _test(shell: Shell, args: list[str], stdin: str) -> int:
+    if args and args[-1] == "]":
+        args = args[:-1]
+    if len(args) == 2 and args[0] in ("-z", "-n"):
+        return 0 if (args[1] == "") == (args[0] == "-z") else 1
+    if len(args) == 3:
+        a, op, b = args
+        numeric = {
+            "-eq": int.__eq__,
+            "-ne": int.__ne__,
+            "-lt": int.__lt__,
+            "-le": int.__le__,
+            "-gt": int.__gt__,
+            "-ge": int.__ge__,
+        }
+        if op in numeric:
+            return 0 if numeric[op](int(a), int(b)) else 1
+        if op in ("=", "=="):
+            return 0 if a == b else 1
+        if op == "!=":
+            return 0 if a != b else 1
+    return 2
+
+
+UTILITIES: dict[str, Utility] = {
+    "echo": _echo,
+    "printf": _printf,
+    "grep": _grep,
+    "head": _head,
+    "tail": _tail,
+    "wc": _wc,
+    "cat": _cat,
+    "true": _true,
+    ":": _true,
+    "false": _false,
+    "exit": _exit,
+    "id": _id,
+    "sleep": _sleep,
+    "kill": _kill,
+    "ps": _ps,
+    "sudo": _sudo,
+    "sh": _sh,
+    "test": _test,
+    "[": _test,
+}
+
+
+def words(source: str) -> list[str]:
+    return shlex.split(source)

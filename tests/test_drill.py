@@ -1,0 +1,192 @@
+"""`runbook drill`: each scenario ends where it should, over real SSH to a simulated host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import fixture_text
+from runbook_runner.cli import main
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.observe.free import FreeUnits, parse_free
+from runbook_runner.observe.nvidia_smi import parse_compute_apps, parse_gpus
+from runbook_runner.simhost import render
+from runbook_runner.simhost.commands import Env
+from runbook_runner.simhost.model import eight_gpu_server
+from runbook_runner.simhost.shell import Shell
+from runbook_runner.simhost.simulated import SimClock, SimProcesses
+
+
+@pytest.fixture(autouse=True)
+def nothing_real_is_touched(monkeypatch):
+    """A drill must never signal a real process or start a program on this machine."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the drill touched the real machine: {args}")
+
+    monkeypatch.setattr(os, "kill", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+def drill(capsys, *argv):
+    code = main(["drill", "gpu-oom-recovery", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def changes(text: str) -> list[str]:
+    """The debrief's "What changed on the host" lines."""
+    lines = text.split("What changed on the host:\n")[1].splitlines()
+    found = []
+    for line in lines:
+        if not line.startswith("    $ "):
+            break
+        found.append(line[len("    $ ") :])
+    return found
+
+
+def test_oom_crash_is_fixed_by_resetting_only_gpus_0_and_2(capsys):
+    code, out, _ = drill(capsys, "--scenario", "oom-crash", "--yes")
+    assert code == ExitCode.OK
+    resets = [c for c in changes(out) if "--gpu-reset" in c]
+    assert resets == ["nvidia-smi --gpu-reset -i 0", "nvidia-smi --gpu-reset -i 2"]
+    assert "The rung that worked: reset-gpus" in out
+    assert "docs/pitfalls/orphaned-gpu-memory.md" in out
+
+
+def test_slow_teardown_is_fixed_by_waiting_not_by_killing(capsys):
+    code, out, _ = drill(capsys, "--scenario", "slow-teardown", "--yes")
+    assert code == ExitCode.OK
+    assert "The rung that worked: stop-server" in out
+    assert not any("-KILL" in c or "--gpu-reset" in c for c in changes(out))
+
+
+def test_persistence_blocks_reset_until_the_daemon_is_stopped(capsys):
+    code, out, _ = drill(capsys, "--scenario", "persistence-blocks-reset", "--yes")
+    assert code == ExitCode.OK
+    done = changes(out)
+    assert done.index("systemctl stop nvidia-persistenced") < done.index(
+        "nvidia-smi --gpu-reset -i 1"
+    )
+    assert "systemctl start nvidia-persistenced" in done
+    assert [c for c in done if "--gpu-reset" in c] == [
+        "nvidia-smi --gpu-reset -i 1",
+        "nvidia-smi --gpu-reset -i 5",
+    ]
+
+
+def test_stuck_d_state_stops_before_reboot_and_names_it(capsys):
+    code, out, _ = drill(capsys, "--scenario", "stuck-d-state", "--yes")
+    assert code == ExitCode.GOAL_NOT_MET
+    assert "next: reboot the host" in out
+    assert "reboot" not in changes(out)
+    assert "process 4123 [D]" in out
+
+
+def test_stuck_d_state_with_allow_reboot_reboots_and_comes_back(capsys):
+    code, out, _ = drill(capsys, "--scenario", "stuck-d-state", "--yes", "--allow-reboot", "--json")
+    assert code == ExitCode.OK
+    document = json.loads(out)
+    assert document["reached_by"] == "reboot"
+    assert [g["memory_used_mib"] for g in document["state"]["gpus"]] == [3] * 8
+
+
+def test_unknown_scenario_is_bad_input(capsys):
+    code, _, err = drill(capsys, "--scenario", "meteor-strike")
+    assert code == ExitCode.BAD_INPUT
+    assert "no such scenario" in err
+
+
+# -- the simulated shell -----------------------------------------------------------------------
+
+
+def shell_run(script: str, host=None):
+    host = host or eight_gpu_server()
+    env = Env(host, SimProcesses(host, SimClock()))
+    status = Shell(env).run(script)
+    return status, "".join(env.stdout), "".join(env.stderr)
+
+
+def test_an_unsupported_command_is_a_clear_error_not_a_silent_success():
+    status, _, err = shell_run("curl https://example.invalid")
+    assert status == 127
+    assert "curl: not simulated in this drill" in err
+
+
+@pytest.mark.parametrize(
+    ("script", "out"),
+    [
+        ("echo a; echo b", "a\nb\n"),
+        ("false && echo no || echo yes", "yes\n"),
+        ("! false && echo negated", "negated\n"),
+        ("x=1; if [ $x = 1 ]; then echo one; else echo other; fi", "one\n"),
+        ('for u in a "b c"; do echo "[$u]"; done', "[a]\n[b c]\n"),
+        ("l=''; for m in x y; do l=\"$m $l\"; done; for m in $l; do echo $m; done", "y\nx\n"),
+        ("printf '%s-%s\\n' a b c d", "a-b\nc-d\n"),
+        ("echo err >&2; echo out", "out\n"),
+        ("nvidia-smi -L | grep -c GPU", "8\n"),
+        (
+            "nvidia-smi -L | head -n 1 | tail -n 1",
+            "GPU 0: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-5a1e0000-0000-4000-8000-000000000000)\n",
+        ),
+        ("if true; then exit 3; fi; echo never", ""),
+    ],
+)
+def test_the_shell_glue_the_runbooks_use(script, out):
+    assert shell_run(script)[1] == out
+
+
+def test_redirections_route_the_streams():
+    _, out, err = shell_run("echo to-err >&2; echo both 2>&1; curl 2>/dev/null; echo x >/dev/null")
+    assert err == "to-err\n"
+    assert out == "both\n"
+
+
+# -- the simulator's output is real output ------------------------------------------------------
+
+
+def test_free_matches_procps_ng_4_layout_and_parses():
+    host = eight_gpu_server()
+    text = render.free(host, divisor=1)
+    real = fixture_text("free/local-procps-ng-4.0.2-b.txt")
+    assert text.splitlines()[0] == real.splitlines()[0]  # the header, byte for byte
+    assert [len(w) for w in text.splitlines()[2].split()] == [5, 1, 1, 1]  # Swap: 0 0 0
+    memory = parse_free(text, FreeUnits(multiplier=1))
+    assert memory.total_bytes == host.memory_total_bytes
+    assert memory.available_bytes == host.host_available_bytes()
+
+
+def test_nvidia_smi_table_matches_the_590_driver_layout():
+    table = render.table(eight_gpu_server()).splitlines()
+    header = [
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+    ]
+    assert table[4:6] == header
+    assert all(len(line) == 91 for line in table[1:] if line)
+    assert "|  No running processes found" in "\n".join(table)
+
+
+def test_query_csv_parses_with_the_same_parsers_and_has_the_real_header():
+    host = eight_gpu_server()
+    host.gpu(2).orphaned_mib = 96_410
+    fields = ["index", "name", "memory.used", "memory.total"]
+    gpus = parse_gpus(render.query_gpu(host, fields, header=True, units=True))
+    assert [g.memory_used_mib for g in gpus][:3] == [3, 3, 96_413]
+    assert gpus[0].memory_total_mib == 97_887
+    apps_fields = [
+        "timestamp",
+        "gpu_name",
+        "gpu_bus_id",
+        "gpu_serial",
+        "gpu_uuid",
+        "pid",
+        "process_name",
+        "used_gpu_memory",
+    ]
+    empty = render.query_compute_apps(host, apps_fields, header=True, units=True)
+    assert empty == fixture_text("nvidia-smi/csv-compute-apps-590.48.01-h200-idle-empty.txt")
+    assert parse_compute_apps(empty) == ()
