@@ -7,6 +7,7 @@ hint that says what to do.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
@@ -290,7 +291,7 @@ class SshTransport:
                 "check the host; re-run, or resume the run",
             ) from None
         finally:
-            channel.close()
+            _close_quietly(channel)
         pgid, mark_size = _pgid_mark(err.head)
         stderr_bytes = err.bytes()
         if not err.truncated:  # the mark is still at the front of what we kept
@@ -334,7 +335,7 @@ class SshTransport:
             channel.exec_command(script)
             _drain(channel, time.monotonic() + 10, 4096)
         finally:
-            channel.close()
+            _close_quietly(channel)
 
     def alive(self) -> bool:
         """Does the connection still carry a command? (False once the host went down.)"""
@@ -367,6 +368,12 @@ class SshTransport:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_quietly(channel: paramiko.Channel) -> None:
+    """Closing a channel writes to the socket, which may be gone already (a reboot)."""
+    with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+        channel.close()
 
 
 def _local_user() -> str:

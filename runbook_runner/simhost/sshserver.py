@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 
 import paramiko
@@ -23,7 +22,6 @@ from runbook_runner.simhost.shell import Shell
 from runbook_runner.simhost.simulated import SimClock, SimProcesses
 
 BOOT_S = 90.0  # simulated seconds a reboot keeps the host away
-REPLY_GRACE_S = 0.005
 
 
 @dataclass
@@ -126,16 +124,15 @@ class DrillHost:
         self, channel: paramiko.Channel, transport: paramiko.Transport, command: str
     ) -> None:
         outcome = self.execute(command)
-        # paramiko sends the exec request's "success" reply after check_channel_exec_request
-        # returns, from its own thread; closing the channel before that reply would make the
-        # client report "Channel closed". There is no hook for "reply sent": give it a moment.
-        time.sleep(REPLY_GRACE_S)
+        # No close from this side: paramiko sends the exec request's "success" reply from its
+        # own thread after check_channel_exec_request returns, and a close that overtook it
+        # would read as "Channel closed" to the client. EOF and the exit status are enough;
+        # the client closes the channel when it has read them.
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             channel.sendall(outcome.stdout.encode())
             channel.sendall_stderr(outcome.stderr.encode())
             channel.send_exit_status(outcome.status)
             channel.shutdown_write()
-            channel.close()
         if outcome.rebooted:
             for open_transport in self._transports:
                 open_transport.close()  # the host went down: every connection drops
