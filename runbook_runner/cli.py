@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runbook_runner import __version__, console, exitcodes, render
+from runbook_runner import journal as journal_module
 from runbook_runner.catalog import Catalog, UnknownRunbook, search_path
 from runbook_runner.errors import TransportError
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.hostlock import HostLock, HostLocked
 from runbook_runner.runbook import (
     ParameterError,
     Runbook,
@@ -24,7 +27,7 @@ from runbook_runner.runbook import (
 )
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
-    from runbook_runner.runner import RunReport
+    from runbook_runner.runner import Event, RunReport
     from runbook_runner.transport import SshTransport
 
 EPILOG = f"""\
@@ -205,9 +208,13 @@ def _execute_run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[int, RunReport | None]:
     """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
+    from runbook_runner.recording import Recorder
     from runbook_runner.runner import Runner
 
     runbook, params = _load_with_params(args)
+    resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+    if resume is not None:
+        args.from_step = resume[1]
     if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
         raise UsageError(
             f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
@@ -219,17 +226,45 @@ def _execute_run(
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
-        confirmer = console.Confirmer(args, out, host)
+        journal, run_id = _open_journal(args, runbook, transport, params, resume)
+        recorder = Recorder(journal, runbook, params)
+        out.line(out.style(f"journal: {journal.path}", "dim"))
+        confirmer = console.Confirmer(args, out, host, record=recorder.confirmation)
+        printer = console.printer(out, runbook)
+
+        def on_event(event: Event) -> None:
+            recorder.on_event(event)
+            printer(event)
+
         runner = Runner(
             runbook,
             params,
             transport,
-            on_event=console.printer(out, runbook),
+            on_event=on_event,
             confirm=confirmer,
             clock=clock,
             sleep=sleep,
         )
-        report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
+        lock = None
+        if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
+            lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
+            lock.acquire(break_stale=getattr(args, "break_lock", False))
+            journal.write("lock", held=True)
+        report: RunReport | None = None
+        try:
+            report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
+        finally:
+            if lock is not None:
+                lock.release()
+            ended = report is not None
+            journal.write(
+                "run-end",
+                ok=ended and report.ok,
+                reached_by=report.reached_by if ended else None,
+                declined=report.declined if ended else None,
+                interrupted=not ended,
+            )
+            journal.close()
     console.closing(out, report, host, confirmer)
     if args.json:
         after = report.after
@@ -253,6 +288,116 @@ def _execute_run(
     else:
         code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
     return code, report
+
+
+def _lock_owner(run_id: str) -> dict[str, Any]:
+    import socket
+
+    return {
+        "operator": getpass.getuser(),
+        "run": run_id,
+        "client": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _journal_folder() -> Path:
+    return journal_module.default_dir(os.environ)
+
+
+def _open_journal(
+    args: argparse.Namespace,
+    runbook: Runbook,
+    transport: SshTransport,
+    params: dict[str, Any],
+    resume: tuple[Path, str | None] | None,
+) -> tuple[journal_module.Journal, str]:
+    from runbook_runner.transport import fingerprint
+
+    if resume is not None:
+        journal = journal_module.Journal(resume[0])
+        journal.write("resume", from_step=resume[1], operator=getpass.getuser())
+        return journal, resume[0].stem
+    run_id = journal_module.new_run_id(runbook.name, transport.target.host)
+    path = (
+        Path(args.journal)
+        if getattr(args, "journal", None)
+        else _journal_folder() / f"{run_id}.jsonl"
+    )
+    journal = journal_module.Journal(path)
+    journal.write(
+        "run-start",
+        run=run_id,
+        runbook=runbook.name,
+        runbook_path=runbook.path,
+        runbook_sha256=runbook.sha256,
+        parameters=_secret_free(runbook, params),
+        operator=getpass.getuser(),
+        host=transport.target.label,
+        login=transport.login_user,
+        host_key=fingerprint(transport.host_key) if transport.host_key else None,
+        tool_version=__version__,
+        dry_run=args.dry_run,
+    )
+    return journal, run_id
+
+
+def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, str | None]:
+    """The journal to continue and the first step that did not finish there."""
+    path = journal_module.find(args.resume, _journal_folder())
+    journal = journal_module.read(path)
+    start = journal.first("run-start")
+    if start is None:
+        raise journal_module.JournalError(f"{path} has no run-start line: not a run journal")
+    if start.get("runbook") != runbook.name:
+        raise journal_module.JournalError(
+            f"run {path.stem} ran {start.get('runbook')}, not {runbook.name}"
+        )
+    if start.get("runbook_sha256") != runbook.sha256 and not args.force:
+        raise journal_module.JournalError(
+            f"{runbook.path} changed since run {path.stem} started; resume anyway with --force"
+        )
+    finished = {
+        e.get("id")
+        for e in journal.events
+        if e.get("event") == "step-end" and e.get("status") in {"ok", "skipped"}
+    }
+    pending = next((step.id for step in runbook.steps if step.id not in finished), None)
+    return path, pending
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    folder = _journal_folder()
+    if args.action == "show":
+        if not args.run:
+            raise UsageError("runs show needs a RUN id (see 'runbook runs')", "runbook runs")
+        journal = journal_module.read(journal_module.find(args.run, folder))
+        for problem in journal.problems:
+            _err(problem)
+        rows = journal_module.timeline(journal)
+        if args.markdown:
+            print("| Time (UTC) | Step | Event |")
+            print("|---|---|---|")
+            for t, step, what in rows:
+                cell = what.replace("|", "\\|")
+                print(f"| {t} | {step} | {cell} |")
+        else:
+            for t, step, what in rows:
+                print(f"{t}  {step:<22} {what}")
+        return ExitCode.OK
+    paths = sorted(folder.glob("*.jsonl"))[-args.last :] if folder.is_dir() else []
+    if not paths:
+        print(f"no runs recorded in {folder}")
+        return ExitCode.OK
+    summaries = [journal_module.summary(p) for p in paths]
+    print(
+        render.table(
+            [(x["run"], x["operator"], x["result"]) for x in summaries],
+            ("RUN", "OPERATOR", "RESULT"),
+        )
+    )
+    return ExitCode.OK
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
@@ -282,6 +427,13 @@ def cmd_drill(args: argparse.Namespace) -> int:
             5.0,
         )
         args.dry_run, args.from_step = False, None
+        args.lock, args.journal, args.resume, args.break_lock, args.force = (
+            False,
+            None,
+            None,
+            False,
+            False,
+        )
         code, report = _execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
         console.debrief(
             out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
@@ -392,9 +544,39 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
     run.add_argument(
+        "--journal",
+        metavar="FILE",
+        help="write the run journal here (default: under $XDG_STATE_HOME)",
+    )
+    run.add_argument(
+        "--resume", metavar="RUN", help="continue a run that stopped, at its first unfinished step"
+    )
+    run.add_argument(
+        "--force", action="store_true", help="with --resume: even if the runbook file changed"
+    )
+    run.add_argument(
+        "--break-lock", action="store_true", help="remove a stale lock left by a dead run"
+    )
+    run.add_argument(
         "--allow-reboot",
         action="store_true",
         help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
+    )
+    runs = add(
+        "runs",
+        cmd_runs,
+        "list recent runs, or show one as a timeline",
+        "runbook runs show 20261130T",
+    )
+    runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    runs.add_argument(
+        "run", nargs="?", metavar="RUN", help="a run id (or its beginning), with show"
+    )
+    runs.add_argument(
+        "--markdown", action="store_true", help="a Markdown table for a postmortem timeline"
+    )
+    runs.add_argument(
+        "--last", type=int, default=20, metavar="N", help="how many runs to list (default 20)"
     )
     drill = add(
         "drill",
@@ -431,6 +613,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunbookInvalid as error:
         for line in error.lines:
             _err(line)
+        return ExitCode.BAD_INPUT
+    except HostLocked as error:
+        _err(
+            f"runbook: {error}; wait for it to finish, or if that run is dead, re-run with --break-lock"
+        )
+        return ExitCode.LOCKED
+    except journal_module.JournalError as error:
+        _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
     except (UnknownRunbook, ParameterError) as error:
         _err(f"runbook: {error}")

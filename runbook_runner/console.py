@@ -65,13 +65,28 @@ def report_state(out: Output, runbook: Runbook, observed: Any, title: str) -> No
 class Confirmer:
     """Asks before each destructive step, naming the host and the exact commands."""
 
-    def __init__(self, args: argparse.Namespace, out: Output, host: str) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        out: Output,
+        host: str,
+        record: Callable[[ConfirmRequest, bool, str], None] = lambda request, answer, who: None,
+    ) -> None:
         self.yes, self.out, self.host = args.yes, out, host
+        self.record = record
         self.allow_reboot = args.allow_reboot
         self.refusal: str | None = None
         self.reboot_blocked = False
 
     def __call__(self, request: ConfirmRequest) -> bool:
+        answer = self._ask(request)
+        who = getpass.getuser() + (
+            " (--yes)" if self.yes and answer and not request.step.reboots else ""
+        )
+        self.record(request, answer, who)
+        return answer
+
+    def _ask(self, request: ConfirmRequest) -> bool:
         step = request.step
         if step.reboots:
             if self.allow_reboot:

@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage error, invalid runbook, unknown runbook or parameter
     HOST_UNREACHABLE = 3  # cannot connect, authentication or host-key failure
     DECLINED = 4  # the operator declined a confirmation (or none could be asked)
+    LOCKED = 5  # another destructive run holds the host
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -20,6 +21,7 @@ EXPLANATIONS = {
     ExitCode.BAD_INPUT: "bad input: usage, invalid runbook, unknown runbook or parameter",
     ExitCode.HOST_UNREACHABLE: "host unreachable, authentication or host-key failure",
     ExitCode.DECLINED: "stopped by the operator (a confirmation was declined or not possible)",
+    ExitCode.LOCKED: "another destructive run holds the host (see --break-lock)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

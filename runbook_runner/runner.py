@@ -162,8 +162,11 @@ class Runner:
 
     # -- observing and checking -----------------------------------------------------------
 
-    def render(self, template: Template, item: Any = None, *, raw: bool = False) -> str:
-        """A command with its values quoted; ``raw`` leaves values as they are (local text)."""
+    def render(
+        self, template: Template, item: Any = None, *, raw: bool = False, masked: bool = False
+    ) -> str:
+        """A command with its values quoted; ``raw`` leaves values as they are (local text);
+        ``masked`` shows secret parameters as '***' (for the terminal and the journal)."""
 
         def lookup(name: str) -> Any:
             if name.startswith("item."):
@@ -172,7 +175,8 @@ class Runner:
 
         if raw:
             return template.fill(lookup)
-        return template.render(lookup)
+        secret = {name for name, p in self.runbook.parameters.items() if p.secret}
+        return template.render(lookup, mask=(lambda name: name in secret) if masked else None)
 
     def seconds(self, value: Seconds) -> float:
         """A duration: a number, or an expression over the parameters."""
@@ -277,16 +281,20 @@ class Runner:
             if result.ok:
                 return record("skipped", f"nothing to act on: {check.name} holds")
             items = list(result.failing)
-        commands = tuple(self.render(step.run, item) for item in items) if step.run else ()
+        # What is sent, and what is shown and recorded: secret parameters appear as '***'.
+        sent = tuple(self.render(step.run, item) for item in items) if step.run else ()
+        commands = (
+            tuple(self.render(step.run, item, masked=True) for item in items) if step.run else ()
+        )
         self.on_event(StepStarting(step, number, total, commands))
         if dry_run:
             return record("planned", "dry run: not executed", commands=commands)
         if step.destructive and commands and not self.confirm(ConfirmRequest(step, commands)):
             return record("declined", "the operator declined", commands=commands)
         if step.reboots:
-            return self._reboot(step, commands, record)
+            return self._reboot(step, sent, commands, record)
         results: list[CommandResult] = []
-        for command in commands:
+        for command in sent:
             result = self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
             results.append(result)
             if result.timed_out:
@@ -322,10 +330,14 @@ class Runner:
         return record("ok", exit_status=exit_status, commands=commands, results=tuple(results))
 
     def _reboot(
-        self, step: Step, commands: tuple[str, ...], record: Callable[..., StepRecord]
+        self,
+        step: Step,
+        sent: tuple[str, ...],
+        commands: tuple[str, ...],
+        record: Callable[..., StepRecord],
     ) -> StepRecord:
         """Send the reboot, see the host go down, reconnect when it is back, then wait as told."""
-        for command in commands:
+        for command in sent:
             with contextlib.suppress(ConnectionLost):  # the host went down under it: expected
                 self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
         went_down = self.clock() + REBOOT_GOES_DOWN_S

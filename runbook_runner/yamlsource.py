@@ -74,12 +74,37 @@ def _mark(node: yaml.Node) -> Mark:
 
 
 class _Builder:
+    MAX_VALUES = 100_000  # aliases can expand a small file exponentially ("billion laughs")
+
     def __init__(self, loader: yaml.SafeLoader) -> None:
         self.loader = loader
         self.source = Source(None)
         self.problems: list[Problem] = []
+        self._open: set[int] = set()  # nodes being built: meeting one again is a cycle
+        self._count = 0
 
     def build(self, node: yaml.Node, path: Path) -> Any:
+        self._count += 1
+        if self._count > self.MAX_VALUES:
+            if self._count == self.MAX_VALUES + 1:
+                self.problems.append(
+                    Problem(
+                        _mark(node),
+                        path,
+                        f"the document expands to more than {self.MAX_VALUES:,} values (aliases?)",
+                    )
+                )
+            return None
+        if id(node) in self._open:
+            self.problems.append(Problem(_mark(node), path, "an alias that refers to itself"))
+            return None
+        self._open.add(id(node))
+        try:
+            return self._build(node, path)
+        finally:
+            self._open.discard(id(node))
+
+    def _build(self, node: yaml.Node, path: Path) -> Any:
         self.source.value_marks[path] = _mark(node)
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
             self.problems.append(
@@ -132,7 +157,14 @@ def _yaml_message(error: yaml.YAMLError) -> str:
 
 def load(text: str) -> tuple[Source, list[Problem]]:
     """Compose one YAML document; return its values, marks, and any problems."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as error:  # a character YAML does not allow (NUL, ...)
+        before = text[: error.position]
+        where = Mark(before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1)
+        return Source(None), [
+            Problem(where, (), f"character U+{int(error.character):04X} is not allowed in YAML")
+        ]
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as error:

@@ -22,6 +22,14 @@ def fixture_text(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
+@pytest.fixture(autouse=True)
+def run_journals_in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run journals go to the test's folder, not to the user's ~/.local/state."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state / "runbook-runner" / "runs"
+
+
 @pytest.fixture
 def in_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run with the repository as the working folder, as a user would."""

@@ -250,7 +250,7 @@ MaxSessions 200
 MaxStartups 100
 PrintMotd no
 LogLevel VERBOSE
-SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"}
+SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"} RUNBOOK_LOCK_DIR={sim}
 """
     )
     Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None

@@ -1,0 +1,75 @@
+"""Turns a run's events into journal lines (what happened, never a secret)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runbook_runner import render
+from runbook_runner.journal import TAIL_BYTES, Journal
+from runbook_runner.runbook import Runbook
+from runbook_runner.runner import ConfirmRequest, Event, Observed, StepDone, StepStarting, Waiting
+
+
+class Recorder:
+    def __init__(self, journal: Journal, runbook: Runbook, params: dict[str, Any]) -> None:
+        self.journal = journal
+        self.runbook = runbook
+        self.secrets = [
+            str(params[name])
+            for name, p in runbook.parameters.items()
+            if p.secret and params.get(name) not in (None, "")
+        ]
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _tail(self, text: str) -> str:
+        return self.redact(text[-TAIL_BYTES:])
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Observed):
+            self.journal.write(
+                "observed",
+                label=event.label,
+                state=render.state_json(self.runbook, event.state),
+                checks=[{**r.to_json(), "message": self.redact(r.message)} for r in event.results],
+            )
+        elif isinstance(event, StepStarting):
+            self.journal.write("step-start", id=event.step.id, commands=list(event.commands))
+        elif isinstance(event, Waiting):
+            self.journal.write(
+                "wait",
+                step=event.step.id,
+                elapsed_s=round(event.elapsed_s, 3),
+                timeout_s=event.timeout_s,
+                failing=[self.redact(r.message) for r in event.failing],
+            )
+        elif isinstance(event, StepDone):
+            for shown, result in zip(event.record.commands, event.record.results, strict=False):
+                self.journal.write(
+                    "command",
+                    step=event.step.id,
+                    command=shown,
+                    exit_status=result.exit_status,
+                    timed_out=result.timed_out,
+                    duration_s=round(result.duration_s, 3),
+                    stdout_tail=self._tail(result.stdout),
+                    stderr_tail=self._tail(result.stderr),
+                    stdout_bytes=result.stdout_size,
+                    stderr_bytes=result.stderr_size,
+                )
+            self.journal.write(
+                "step-end",
+                **{**event.record.to_json(), "message": self.redact(event.record.message)},
+            )
+
+    def confirmation(self, request: ConfirmRequest, answer: bool, operator: str) -> None:
+        self.journal.write(
+            "confirmation",
+            step=request.step.id,
+            commands=list(request.commands),
+            answer="yes" if answer else "no",
+            operator=operator,
+        )
