@@ -135,6 +135,10 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
             numbers[event.step.id] = (event.number, event.total)
         elif isinstance(event, Waiting):
             out.live(render.wait_line(event))
+        elif isinstance(event, Reconnecting) and event.step is None:
+            out.live(
+                f"      connection lost; reconnecting: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
+            )
         elif isinstance(event, Reconnecting):
             out.live(
                 f"      waiting for the host to come back: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
@@ -184,7 +188,7 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
         out.line(out.style(f"goal holds on {host}: reached {how}", "green", "bold"))
     else:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        stopped = [r for r in report.steps if r.status in {"failed", "timed_out"}]
+        stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
         if stopped:
             out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}")
         hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]

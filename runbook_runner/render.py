@@ -219,6 +219,7 @@ _STATUS_STYLE = {
     "skipped": ("skipped", "dim"),
     "declined": ("declined", "yellow"),
     "planned": ("planned", "cyan"),
+    "unknown": ("UNKNOWN", "yellow"),
 }
 
 

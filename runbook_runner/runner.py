@@ -65,19 +65,20 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Reconnecting:
-    step: Step
+    step: Step | None  # None: while observing
     elapsed_s: float
     timeout_s: float
 
 
 REBOOT_GOES_DOWN_S = 120.0  # a reboot that has not dropped SSH by then did not happen
 REBOOT_COMES_BACK_S = 900.0  # default wait for SSH to answer again
+RECONNECT_FOR_S = 120.0  # how long a dropped connection is retried before the run stops
 
 
 @dataclass(frozen=True)
 class StepRecord:
     id: str
-    status: str  # ok, failed, skipped, timed_out, declined, planned
+    status: str  # ok, failed, skipped, timed_out, declined, planned, unknown
     started: float  # Unix time
     duration_s: float
     exit_status: int | None = None
@@ -199,7 +200,11 @@ class Runner:
                 return Unavailable(str(error), "unparsable")
         assert observation.command is not None
         command = self.render(observation.command)
-        result = self.transport.run(command, observation.timeout, as_root=observation.root)
+        try:
+            result = self.transport.run(command, observation.timeout, as_root=observation.root)
+        except ConnectionLost as lost:  # an observation only reads: sending it again is safe
+            self._reconnect(None, lost)
+            result = self.transport.run(command, observation.timeout, as_root=observation.root)
         if result.timed_out:
             return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
         status = result.exit_status if result.exit_status is not None else -1
@@ -252,7 +257,7 @@ class Runner:
                 report.reached_by = last_executed
             if record.status not in {"skipped", "planned"}:
                 last_executed = step.id
-            if record.status in {"failed", "timed_out"} and step.on_failure == "stop":
+            if record.status in {"failed", "timed_out", "unknown"} and step.on_failure == "stop":
                 break
         report.after = self.check_goal("after")
         if report.ok and report.reached_by is None:
@@ -295,7 +300,12 @@ class Runner:
             return self._reboot(step, sent, commands, record)
         results: list[CommandResult] = []
         for command in sent:
-            result = self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
+            try:
+                result = self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
+            except ConnectionLost as lost:
+                # The command may or may not have done its work: never send it blindly again.
+                self._reconnect(step, lost)
+                return self._outcome_unknown(step, commands, tuple(results), record)
             results.append(result)
             if result.timed_out:
                 return record(
@@ -368,6 +378,45 @@ class Runner:
                 message = "back, but still not true: " + "; ".join(r.message for r in failing)
                 return record("failed", message, commands=commands)
         return record("ok", "the host rebooted and is back", commands=commands)
+
+    def _reconnect(self, step: Step | None, lost: ConnectionLost) -> None:
+        """Reconnect with a bounded backoff; give up (raising ``lost``) after RECONNECT_FOR_S."""
+        start = self.clock()
+        delay = 1.0
+        while True:
+            self.on_event(Reconnecting(step, self.clock() - start, RECONNECT_FOR_S))
+            try:
+                self.transport.reconnect()
+                return
+            except HostKeyChanged:
+                raise
+            except TransportError:
+                if self.clock() - start + delay > RECONNECT_FOR_S:
+                    raise lost from None
+                self.sleep(delay)
+                delay = min(delay * 2, 15.0)
+
+    def _outcome_unknown(
+        self,
+        step: Step,
+        commands: tuple[str, ...],
+        results: tuple[CommandResult, ...],
+        record: Callable[..., StepRecord],
+    ) -> StepRecord:
+        """The connection dropped mid-command: judge the step by its expected state, re-observed."""
+        lost = "the connection dropped while it ran; outcome unknown, not sent again"
+        if step.wait is None:
+            return record("unknown", lost, commands=commands, results=results)
+        waited, failing = self._wait(step)
+        if waited:
+            return record(
+                "ok",
+                f"{lost}; its expected state was re-observed and holds",
+                commands=commands,
+                results=results,
+            )
+        message = f"{lost}; still not true: " + "; ".join(r.message for r in failing)
+        return record("unknown", message, commands=commands, results=results)
 
     def _wait(self, step: Step) -> tuple[bool, tuple[CheckResult, ...]]:
         """Poll the step's wait condition until it holds or its deadline passes."""

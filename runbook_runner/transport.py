@@ -285,6 +285,9 @@ class SshTransport:
             channel.exec_command(wrapped)
             out, err, timed_out = _drain(channel, started + timeout, output_limit)
             exit_status = None if timed_out else channel.recv_exit_status()
+            if exit_status == -1 and not channel.get_transport().is_active():
+                # paramiko reports -1 when the connection died before the exit status came.
+                raise EOFError("the connection closed before the command ended")
         except (paramiko.SSHException, OSError, EOFError) as error:
             raise ConnectionLost(
                 f"{self.target.label}: connection lost while running a command ({error})",

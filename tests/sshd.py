@@ -179,6 +179,20 @@ class TestHost:
             check=False,
         )
 
+    def drop_and_restart(self) -> None:
+        """What a reboot does to SSH: every connection drops, then the server answers again."""
+        descendants = _descendants(self.process.pid)
+        for pid in descendants:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        self.process.kill()
+        self.process.wait(timeout=10)
+        with (self.root / "sshd.log").open("a") as log:
+            self.process = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")], stdout=log, stderr=log
+            )
+        wait_for(lambda: _listening(self.port), 10, "sshd to listen again")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -193,6 +207,29 @@ class TestHost:
                 with contextlib.suppress(OSError):
                     os.kill(process.pid, 9)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            parent = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
 
 
 def start_test_host(extra_config: str = "") -> TestHost:

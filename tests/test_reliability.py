@@ -239,3 +239,59 @@ def test_two_destructive_runs_on_one_host_exactly_one_proceeds(
     assert len(second.stderr.strip().splitlines()) == 1
     assert (sim / "marker").read_text() == "ran\n"
     assert not (sim / "runbook-runner.lock").exists()  # released at the end
+
+
+def test_a_dropped_connection_mid_step_reconnects_and_re_observes_instead_of_resending(
+    gpu_host, tmp_path, capsys, run_journals_in_tmp
+):
+    sim = gpu_host.root / "sim"
+    for name in ("inflight", "released", "sent"):
+        (sim / name).unlink(missing_ok=True)
+    runbook = tmp_path / "drop.yaml"
+    runbook.write_text(
+        f"""name: drop
+title: A step whose connection drops
+summary: For the reconnect test.
+observations:
+  released:
+    command: ls {sim}/released 2>/dev/null || true
+    parser: lines
+checks:
+  is-released: {{description: the release file exists, expect: count(released) == 1}}
+goal: [is-released]
+steps:
+  - id: hold
+    title: Hold until released
+    run: 'echo x >> {sim}/sent; touch {sim}/inflight; while [ ! -e {sim}/released ]; do sleep 0.05; done'
+    timeout: 60
+    wait: {{until: [is-released], interval: 0.2, timeout: 20}}
+  - id: after
+    title: After
+    run: echo after
+"""
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(run_journals_in_tmp.parent.parent)}
+    runner = subprocess.Popen(
+        cli("run", str(runbook), *gpu_host.cli_args()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        before = gpu_host.logins()
+        gpu_host.drop_and_restart()  # as a reboot would: the connection drops, sshd comes back
+        (sim / "released").touch()
+        out, _ = runner.communicate(timeout=90)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == ExitCode.OK, out
+    assert gpu_host.logins() - before == 1  # reconnected once
+    assert (sim / "sent").read_text() == "x\n"  # the in-flight command was not sent again
+    journal = read(journal_of(run_journals_in_tmp))
+    hold = next(e for e in journal.events if e["event"] == "step-end" and e["id"] == "hold")
+    assert hold["status"] == "ok", hold
+    assert "outcome unknown" in hold["message"]
+    assert "re-observed" in hold["message"]
