@@ -282,7 +282,9 @@ class SshTransport:
         started = time.monotonic()
         channel = self._open_channel()
         try:
-            channel.exec_command(wrapped)
+            # Bytes, not str: a value given on the command line may hold bytes that are not
+            # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
+            channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
             out, err, timed_out = _drain(channel, started + timeout, output_limit)
             exit_status = None if timed_out else channel.recv_exit_status()
             if exit_status == -1 and not channel.get_transport().is_active():

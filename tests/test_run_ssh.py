@@ -347,3 +347,40 @@ def test_prompt_answered_yes_runs_the_step(gpu_host):
     assert result.returncode == ExitCode.OK, result.stdout + result.stderr
     assert ["pkill", "-TERM", "-f", "sglang"] in gpu_host.calls()
     assert "\x1b[" not in result.stdout  # NO_COLOR
+
+
+def test_hostile_values_arrive_as_one_literal_argument_and_odd_output_is_shown(gpu_host, tmp_path):
+    runbook = tmp_path / "echo.yaml"
+    runbook.write_text(
+        "name: echo\ntitle: t\nsummary: s\n"
+        "parameters:\n  value: {type: string, default: x, description: d}\n"
+        "observations:\n  memory: {command: free -b, parser: free}\n"
+        "checks:\n  any: {description: d, expect: memory.total_bytes > 0}\n"
+        "goal: [any]\nsteps:\n  - id: show\n    title: show\n    run: printf '<%s>' {{ value }}\n"
+    )
+    marker = gpu_host.root / "sim" / "pwned"
+    hostile = b"line one\nline two; touch " + str(marker).encode() + b" \xff\xfe $(id) 'q\" end"
+    result = subprocess.run(
+        [
+            sys.executable.encode(),
+            b"-m",
+            b"runbook_runner",
+            b"run",
+            str(runbook).encode(),
+            *(a.encode() for a in gpu_host.cli_args()),
+            b"--json",
+            b"--set",
+            b"value=" + hostile,
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert not marker.exists()
+    shown = result.stderr.decode("utf-8", "replace")
+    assert "<line one" in shown
+    assert "line two; touch" in shown
+    assert (
+        "\ufffd\ufffd $(id) 'q\" end>" in shown
+    )  # the bytes that are not UTF-8 are shown, not fatal
