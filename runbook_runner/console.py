@@ -16,7 +16,7 @@ from runbook_runner import render
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
-    from runbook_runner.runner import ConfirmRequest, Event, RunReport
+    from runbook_runner.events import ConfirmRequest, Event, RunReport
 
 OUTPUT_LINES = 25  # of each command's output, shown under its step
 
@@ -126,7 +126,7 @@ class Confirmer:
 
 
 def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
-    from runbook_runner.runner import Reconnecting, StepDone, StepStarting, Waiting
+    from runbook_runner.events import Reconnecting, StepDone, StepStarting, Waiting
 
     numbers: dict[str, tuple[int, int]] = {}
 

@@ -41,3 +41,11 @@ class HostKeyChanged(TransportError):
 
 class ConnectionLost(TransportError):
     """The connection dropped while a command ran or a channel opened."""
+
+
+class UsageError(RunbookRunnerError):
+    """The command line is wrong; ``prog`` names the (sub)command for the hint."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog

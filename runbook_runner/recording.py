@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from runbook_runner import render
+from runbook_runner.events import ConfirmRequest, Event, Observed, StepDone, StepStarting, Waiting
 from runbook_runner.journal import TAIL_BYTES, Journal
 from runbook_runner.runbook import Runbook
-from runbook_runner.runner import ConfirmRequest, Event, Observed, StepDone, StepStarting, Waiting
 
 
 class Recorder:

@@ -11,8 +11,8 @@ from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.runbook import Runbook, Step, seconds_text
 
 if TYPE_CHECKING:
+    from runbook_runner.events import StepRecord, Waiting
     from runbook_runner.expect import CheckResult
-    from runbook_runner.runner import StepRecord, Waiting
 
 
 def use_colour(stream: IO[str]) -> bool:

@@ -1,0 +1,100 @@
+"""What a run reports as it goes, and its outcome: plain data for the CLI and the journal."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runbook_runner.expect import CheckResult, State, all_ok
+from runbook_runner.runbook import Runbook, Step
+
+if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
+    from runbook_runner.transport import CommandResult
+
+
+@dataclass(frozen=True)
+class Observed:
+    label: str  # "before", "after", or a step id
+    state: State
+    results: tuple[CheckResult, ...]
+
+
+@dataclass(frozen=True)
+class StepStarting:
+    step: Step
+    number: int
+    total: int
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    step: Step
+    failing: tuple[CheckResult, ...]
+    elapsed_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Reconnecting:
+    step: Step | None  # None: while observing
+    elapsed_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: str
+    status: str  # ok, failed, skipped, timed_out, declined, planned, unknown
+    started: float  # Unix time
+    duration_s: float
+    exit_status: int | None = None
+    message: str = ""
+    commands: tuple[str, ...] = ()
+    results: tuple[CommandResult, ...] = ()
+    skipped_because_holds: bool = False  # skip_if held (not merely nothing to act on)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "duration_s": round(self.duration_s, 3),
+            "exit_status": self.exit_status,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: Step
+    record: StepRecord
+
+
+Event = Observed | StepStarting | Waiting | Reconnecting | StepDone
+
+
+@dataclass(frozen=True)
+class ConfirmRequest:
+    step: Step
+    commands: tuple[str, ...]
+
+
+@dataclass
+class RunReport:
+    runbook: Runbook
+    before: Observed | None = None
+    after: Observed | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    reached_by: str | None = None  # the step after which the goal held
+    declined: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.after is not None and all_ok(self.after.results) and not self.declined
+
+    @property
+    def failing(self) -> tuple[CheckResult, ...]:
+        results = self.after.results if self.after else ()
+        return tuple(r for r in results if not r.ok)
