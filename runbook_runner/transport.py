@@ -413,7 +413,11 @@ def _drain(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return out, err, True
-        if not progressed:
+        if channel.eof_received and not channel.exit_status_ready():
+            # All output is in; only the exit status is still on its way. The channel's
+            # pipe stays readable after EOF, so selecting on it would spin: wait for the status.
+            channel.status_event.wait(min(remaining, 0.5))
+        elif not progressed:
             select.select([channel], [], [], min(remaining, 0.5))
 
 
