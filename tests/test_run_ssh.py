@@ -384,3 +384,19 @@ def test_hostile_values_arrive_as_one_literal_argument_and_odd_output_is_shown(g
     assert (
         "\ufffd\ufffd $(id) 'q\" end>" in shown
     )  # the bytes that are not UTF-8 are shown, not fatal
+
+
+def test_a_missing_sudo_right_is_a_clear_error(gpu_host, capsys):
+    crash(gpu_host)
+    gpu_host.ssh("pkill -KILL -f sglang")
+    no_sudo = gpu_host.root / "sim" / "no-sudo"
+    no_sudo.touch()
+    try:
+        code, out, _ = cli(capsys, gpu_host, "run", MINI, "--yes", "--json")
+    finally:
+        no_sudo.unlink()
+    steps = {s["id"]: s for s in json.loads(out)["steps"]}
+    assert code == ExitCode.GOAL_NOT_MET
+    assert steps["stop-persistenced"]["status"] == "failed"
+    assert "needs root: sudo -n was refused" in steps["stop-persistenced"]["message"]
+    assert "sudo: a password is required" in steps["stop-persistenced"]["message"]

@@ -50,7 +50,14 @@ class RealProcesses:
 
 
 def sudo(args: list[str]) -> int:
-    """Record, then run the command unprivileged: the stand-ins after it decide what happens."""
+    """Record, then run the command unprivileged: the stand-ins after it decide what happens.
+
+    With a file ``no-sudo`` beside the state file, answer as sudo does for a user without
+    the right to run it without a password.
+    """
+    if (Path(os.environ["RBR_SIM_STATE"]).parent / "no-sudo").exists():
+        sys.stderr.write("sudo: a password is required\n")
+        return 1
     rest = list(args)
     while rest and rest[0].startswith("-"):
         option = rest.pop(0)
