@@ -187,8 +187,8 @@ class Runner:
             return StepRecord(step.id, status, started, self.clock() - t0, message=message, **extra)
 
         if step.skip_if:
-            _, results = self.check(step.skip_if)
-            if all_ok(results):
+            _, holding = self.check(step.skip_if)
+            if all_ok(holding):
                 return record(
                     "skipped",
                     "already holds: " + ", ".join(step.skip_if),

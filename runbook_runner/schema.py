@@ -20,13 +20,18 @@ SCHEMA_FILE = "runbook.schema.json"
 
 @cache
 def schema() -> dict[str, Any]:
-    text = resources.files("runbook_runner").joinpath("schema", SCHEMA_FILE).read_text("utf-8")
+    text = (
+        resources.files("runbook_runner")
+        .joinpath("schema")
+        .joinpath(SCHEMA_FILE)
+        .read_text("utf-8")
+    )
     result: dict[str, Any] = json.loads(text)
     return result
 
 
 def schema_path() -> str:
-    return str(resources.files("runbook_runner").joinpath("schema", SCHEMA_FILE))
+    return str(resources.files("runbook_runner").joinpath("schema").joinpath(SCHEMA_FILE))
 
 
 _TYPE_NAMES = {

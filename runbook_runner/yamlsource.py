@@ -132,8 +132,9 @@ class _Builder:
                 continue
             key = self.loader.construct_object(key_node)
             key = key if isinstance(key, str) else str(key)
+            key_path: Path = (*path, key)
             if key in result:
-                first = self.source.key_marks[(*path, key)]
+                first = self.source.key_marks[key_path]
                 self.problems.append(
                     Problem(
                         _mark(key_node),
@@ -143,8 +144,8 @@ class _Builder:
                     )
                 )
                 continue
-            self.source.key_marks[(*path, key)] = _mark(key_node)
-            result[key] = self.build(value_node, (*path, key))
+            self.source.key_marks[key_path] = _mark(key_node)
+            result[key] = self.build(value_node, key_path)
         return result
 
 
