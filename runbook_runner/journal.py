@@ -139,9 +139,9 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                 )
             )
         elif kind == "observed" and event.get("label") in {"before", "after"}:
-            failing = [c["name"] for c in event.get("checks", []) if not c.get("ok")]
-            state = "goal holds" if not failing else "failing: " + ", ".join(failing)
-            rows.append((t, "-", f"state {event.get('label')}: {state}"))
+            failing = [c for c in event.get("checks", []) if not c.get("ok")]
+            figures = "; ".join(f"{c['name']}: {c.get('message', '')}" for c in failing)
+            rows.append((t, "-", f"state {event.get('label')}: {figures or 'goal holds'}"))
         elif kind == "confirmation":
             rows.append(
                 (

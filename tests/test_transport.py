@@ -201,3 +201,28 @@ def _key_blob(public_line: str) -> bytes:
     import base64
 
     return base64.b64decode(public_line.split()[1])
+
+
+def test_a_server_that_never_speaks_ssh_times_out_as_unreachable(tmp_path):
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    try:
+        target = resolve_target(
+            "127.0.0.1",
+            port=listener.getsockname()[1],
+            user="nobody",
+            known_hosts=tmp_path / "known_hosts",
+            connect_timeout=1.0,
+        )
+        started = time.monotonic()
+        with pytest.raises(Unreachable, match="SSH handshake failed"):
+            SshTransport(target).connect()
+        assert time.monotonic() - started < 5
+    finally:
+        listener.close()
+        for conn, _ in accepted:
+            conn.close()
