@@ -164,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"runbook-runner {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str, example: str):
+    def add(
+        name: str, handler: Callable[[argparse.Namespace], int], help_text: str, example: str
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=help_text,

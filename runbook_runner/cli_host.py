@@ -156,13 +156,12 @@ def _execute_run(
         finally:
             if lock is not None:
                 lock.release()
-            ended = report is not None
             journal.write(
                 "run-end",
-                ok=ended and report.ok,
-                reached_by=report.reached_by if ended else None,
-                declined=report.declined if ended else None,
-                interrupted=not ended,
+                ok=report is not None and report.ok,
+                reached_by=report.reached_by if report is not None else None,
+                declined=report.declined if report is not None else None,
+                interrupted=report is None,
             )
             journal.close()
     console.closing(out, report, host, confirmer)

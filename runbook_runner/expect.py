@@ -109,8 +109,8 @@ class _Context:
             for observation in self.runbook.observations.values():
                 if observation.record_type is type(self.item):
                     return PARSERS[observation.parser].tool
-        observation = self.runbook.observations.get(head)
-        return PARSERS[observation.parser].tool if observation else "the host"
+        named = self.runbook.observations.get(head)
+        return PARSERS[named.parser].tool if named else "the host"
 
 
 @dataclass(frozen=True)

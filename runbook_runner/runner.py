@@ -198,10 +198,10 @@ class Runner:
         if step.for_each_failing:
             state = self.observe(self.observations_for([step.for_each_failing]))
             check = self.runbook.checks[step.for_each_failing]
-            result = evaluate_check(check, self.runbook, state, self.params)
-            if result.ok:
+            verdict = evaluate_check(check, self.runbook, state, self.params)
+            if verdict.ok:
                 return record("skipped", f"nothing to act on: {check.name} holds")
-            items = list(result.failing)
+            items = list(verdict.failing)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
         sent = tuple(self.render(step.run, item) for item in items) if step.run else ()
         commands = (

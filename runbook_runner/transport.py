@@ -217,7 +217,7 @@ class SshTransport:
                     target.hostname,
                     port=target.port,
                     username=target.user or _local_user(),
-                    key_filename=target.identity_files or None,
+                    key_filename=target.identity_files or None,  # type: ignore[arg-type]  # a list works
                     passphrase=passphrase,
                     sock=channel_sock,
                     timeout=target.connect_timeout,

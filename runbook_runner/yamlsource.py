@@ -115,8 +115,9 @@ class _Builder:
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        if node.start_mark.line == node.end_mark.line and node.style in (None, "'", '"'):
-            self.source.inline[path] = 0 if node.style is None else 1
+        style = getattr(node, "style", None)  # scalars have one; the stubs do not say so
+        if node.start_mark.line == node.end_mark.line and style in (None, "'", '"'):
+            self.source.inline[path] = 0 if style is None else 1
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as error:

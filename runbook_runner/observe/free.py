@@ -156,7 +156,7 @@ def parse_free(text: str, units: FreeUnits | None = None) -> Memory:
     swap = rows.get("Swap", [])
     if swap and len(swap) != 3:
         raise ParseError(f"'Swap:' line has {len(swap)} values, expected 3")
-    swap_bytes = [_to_bytes(v, units, "Swap") for v in swap] or [None, None, None]
+    swap_bytes: list[int | None] = [_to_bytes(v, units, "Swap") for v in swap] or [None] * 3
     return Memory(
         total_bytes=mem.get("total"),
         used_bytes=used,

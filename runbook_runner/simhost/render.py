@@ -8,7 +8,7 @@ table 91 columns wide, procps-ng 4.x ``free`` columns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from runbook_runner.simhost.model import SimGpu, SimHost, SimProcess
 
@@ -62,7 +62,7 @@ def _value_cell(value: str, unit: str, units: bool) -> str:
     return f"{value} {unit}" if unit and units and not value.startswith("[") else value
 
 
-def _check_fields(fields: list[str], known: dict[str, object]) -> None:
+def _check_fields(fields: list[str], known: Mapping[str, object]) -> None:
     for name in fields:
         if name not in known:
             raise QueryError(f'Field "{name}" is not a valid field to query.\n\n')

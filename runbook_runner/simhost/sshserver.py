@@ -112,7 +112,9 @@ class DrillHost:
         except (paramiko.SSHException, EOFError, OSError):
             transport.close()
             return
-        channels = []  # held here: paramiko closes a channel whose object is garbage-collected
+        channels: list[
+            paramiko.Channel
+        ] = []  # held here: paramiko closes a channel whose object is garbage-collected
         while transport.is_active() and not self._closed.is_set():
             channel = transport.accept(
                 0.5
@@ -147,13 +149,13 @@ class _Interface(paramiko.ServerInterface):
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         if username == self.drill.user and key.asbytes() == self.drill.client_key.asbytes():
-            return paramiko.AUTH_SUCCESSFUL
-        return paramiko.AUTH_FAILED
+            return int(paramiko.common.AUTH_SUCCESSFUL)
+        return int(paramiko.common.AUTH_FAILED)
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session":
-            return paramiko.OPEN_SUCCEEDED
-        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+            return int(paramiko.common.OPEN_SUCCEEDED)
+        return int(paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED)
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         text = command.decode("utf-8", "replace")

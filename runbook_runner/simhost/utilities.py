@@ -121,7 +121,7 @@ def _sleep(shell: Shell, args: list[str], stdin: str) -> int:
 
 
 def _kill(shell: Shell, args: list[str], stdin: str) -> int:
-    signum = signal.SIGTERM
+    signum: int = signal.SIGTERM
     targets = []
     rest = list(args)
     while rest:
