@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from runbook_runner import __version__, cli_host, exitcodes, render
 from runbook_runner import journal as journal_module
@@ -14,14 +14,8 @@ from runbook_runner.catalog import UnknownRunbook
 from runbook_runner.errors import TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLocked
-from runbook_runner.runbook import (
-    ParameterError,
-    RunbookInvalid,
-    load,
-)
-
-if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
-    pass
+from runbook_runner.parameters import ParameterError
+from runbook_runner.runbook import RunbookInvalid, load
 
 EPILOG = f"""\
 examples:
@@ -140,6 +134,11 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
     ssh.add_argument(
         "--connect-timeout", type=float, default=10.0, metavar="SECONDS", help="default 10"
     )
+    _add_value_options(sub)
+
+
+def _add_value_options(sub: argparse.ArgumentParser) -> None:
+    """--set and --json: the same on check, run and drill."""
     sub.add_argument(
         "--set",
         action="append",
@@ -151,6 +150,16 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print one JSON document on stdout; progress goes to stderr",
+    )
+
+
+def _add_consent_options(sub: argparse.ArgumentParser) -> None:
+    """--yes and --allow-reboot: the same on run and drill."""
+    sub.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
+    sub.add_argument(
+        "--allow-reboot",
+        action="store_true",
+        help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
     )
 
 
@@ -215,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the plan and every command; run only observations",
     )
-    run.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
+    _add_consent_options(run)
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
     run.add_argument(
         "--journal",
@@ -230,11 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--break-lock", action="store_true", help="remove a stale lock left by a dead run"
-    )
-    run.add_argument(
-        "--allow-reboot",
-        action="store_true",
-        help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
     )
     runs = add(
         "runs",
@@ -264,12 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="oom-crash",
         help="oom-crash (default), slow-teardown, persistence-blocks-reset, stuck-d-state",
     )
-    drill.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
-    drill.add_argument("--allow-reboot", action="store_true", help="let the reboot rung run")
-    drill.add_argument(
-        "--set", action="append", default=[], metavar="NAME=VALUE", help="set a parameter"
-    )
-    drill.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    _add_consent_options(drill)
+    _add_value_options(drill)
     return parser
 
 

@@ -21,7 +21,8 @@ from runbook_runner.catalog import Catalog, search_path
 from runbook_runner.errors import UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLock
-from runbook_runner.runbook import Runbook, load, resolve_parameters
+from runbook_runner.parameters import resolve_parameters
+from runbook_runner.runbook import Runbook, load
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.events import Event, RunReport
@@ -257,12 +258,7 @@ def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, str
         raise journal_module.JournalError(
             f"{runbook.path} changed since run {path.stem} started; resume anyway with --force"
         )
-    finished = {
-        e.get("id")
-        for e in journal.events
-        if e.get("event") == "step-end" and e.get("status") in {"ok", "skipped"}
-    }
-    pending = next((step.id for step in runbook.steps if step.id not in finished), None)
+    pending = journal.first_unfinished([step.id for step in runbook.steps])
     return path, pending
 
 

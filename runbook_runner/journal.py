@@ -74,6 +74,15 @@ class JournalRead:
     def last(self, event: str) -> dict[str, Any] | None:
         return next((e for e in reversed(self.events) if e.get("event") == event), None)
 
+    def first_unfinished(self, step_ids: list[str]) -> str | None:
+        """Where a resumed run starts: the first step that did not end ok or skipped."""
+        finished = {
+            e.get("id")
+            for e in self.events
+            if e.get("event") == "step-end" and e.get("status") in {"ok", "skipped"}
+        }
+        return next((step_id for step_id in step_ids if step_id not in finished), None)
+
 
 def read(path: Path) -> JournalRead:
     """Every complete event; a damaged line is reported and skipped, never fatal."""

@@ -10,7 +10,8 @@ from jsonschema import Draft202012Validator
 
 from conftest import REPO, TESTS
 from runbook_runner import schema
-from runbook_runner.runbook import ParameterError, RunbookInvalid, load, loads, resolve_parameters
+from runbook_runner.parameters import ParameterError, resolve_parameters
+from runbook_runner.runbook import RunbookInvalid, load, loads
 
 BROKEN = sorted((TESTS / "broken-runbooks").glob("*.yaml"))
 SHIPPED = sorted((REPO / "runbooks").glob("*.yaml"))

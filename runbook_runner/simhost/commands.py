@@ -50,7 +50,7 @@ Command = Callable[[Env, list[str]], int]
 # -- nvidia-smi ------------------------------------------------------------------------
 
 
-def _option(args: list[str], *names: str) -> str | None:
+def option(args: list[str], *names: str) -> str | None:
     for i, arg in enumerate(args):
         for name in names:
             if arg == name and i + 1 < len(args):
@@ -65,15 +65,15 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     if not host.driver_loaded:
         env.out(render.DRIVER_NOT_LOADED)
         return 9
-    fmt = (_option(args, "--format") or "csv").split(",")
+    fmt = (option(args, "--format") or "csv").split(",")
     header, units = "noheader" not in fmt, "nounits" not in fmt
-    ids_text = _option(args, "-i", "--id")
+    ids_text = option(args, "-i", "--id")
     ids = [int(i) for i in ids_text.split(",")] if ids_text else None
     try:
-        if (fields := _option(args, "--query-gpu")) is not None:
+        if (fields := option(args, "--query-gpu")) is not None:
             env.out(render.query_gpu(host, fields.split(","), header, units, ids))
             return 0
-        if (fields := _option(args, "--query-compute-apps")) is not None:
+        if (fields := option(args, "--query-compute-apps")) is not None:
             env.out(render.query_compute_apps(host, fields.split(","), header, units))
             return 0
     except render.QueryError as error:
@@ -82,7 +82,7 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     if "-r" in args or "--gpu-reset" in args:
         return _reset(env, ids)
     if "-pm" in args or "--persistence-mode" in args:
-        enabled = (_option(args, "-pm", "--persistence-mode") or "1") in {"1", "ENABLED"}
+        enabled = (option(args, "-pm", "--persistence-mode") or "1") in {"1", "ENABLED"}
         for gpu in host.gpus:
             if ids is None or gpu.index in ids:
                 gpu.persistence = enabled

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from runbook_runner.simhost.commands import COMMANDS, Env, _option
+from runbook_runner.simhost.commands import COMMANDS, Env, option
 from runbook_runner.simhost.model import SimHost, SimProcess
 
 
@@ -78,13 +78,13 @@ def sim_server(env: Env, args: list[str]) -> int:
     sim-server --name CMDLINE [--gpu INDEX:MIB ...] [--host-gib N] [--orphan] [--ignore-term]
     --orphan: its GPU memory stays held after it dies (what the incident saw on GPUs 0 and 2).
     """
-    name = _option(args, "--name") or "python3 -m sglang.launch_server"
+    name = option(args, "--name") or "python3 -m sglang.launch_server"
     gpus = {}
     for i, arg in enumerate(args):
         if arg == "--gpu" and i + 1 < len(args):
             index, _, mib = args[i + 1].partition(":")
             gpus[index] = int(mib)
-    host_gib = float(_option(args, "--host-gib") or 0)
+    host_gib = float(option(args, "--host-gib") or 0)
     pid = os.fork()
     if pid == 0:  # the server: its own session, no terminal, no pipes back to sshd
         os.setsid()

@@ -1,0 +1,82 @@
+"""Parameter values from the command line (``--set NAME=VALUE``), typed and checked."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.runbook import Parameter, Runbook
+from runbook_runner.semantics import value_problem
+
+
+class ParameterError(RunbookRunnerError):
+    """Bad ``--set`` values; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _convert(parameter: Parameter, text: str) -> Any:
+    if parameter.type == "integer":
+        return int(text.replace("_", ""))
+    if parameter.type == "number":
+        return float(text.replace("_", ""))
+    if parameter.type == "boolean":
+        if text.lower() in _TRUE | _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError(text)
+    return text
+
+
+def _as_spec(parameter: Parameter) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": parameter.type}
+    for key in ("min", "max", "pattern"):
+        if getattr(parameter, key) is not None:
+            spec[key] = getattr(parameter, key)
+    if parameter.choices:
+        spec["choices"] = list(parameter.choices)
+    return spec
+
+
+def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, Any]:
+    """Defaults overlaid with ``NAME=VALUE`` assignments, all checked."""
+    values: dict[str, Any] = {name: p.default for name, p in runbook.parameters.items()}
+    problems = []
+    for assignment in assignments:
+        name, equals, text = assignment.partition("=")
+        name = name.strip()
+        parameter = runbook.parameters.get(name)
+        if not equals:
+            problems.append(f"--set {assignment!r}: expected NAME=VALUE")
+        elif parameter is None:
+            known = list(runbook.parameters)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f" (it takes: {', '.join(known) or 'none'})"
+            )
+            problems.append(f"--set {name}: {runbook.name} has no parameter {name!r}{hint}")
+        else:
+            try:
+                value = _convert(parameter, text)
+            except ValueError:
+                problems.append(f"--set {name}={text}: expected {parameter.type}")
+                continue
+            problem = value_problem(_as_spec(parameter), value)
+            if problem:
+                problems.append(f"--set {name}={text}: {problem}")
+            else:
+                values[name] = value
+    for name, parameter in runbook.parameters.items():
+        if parameter.required and values[name] is None:
+            problems.append(f"parameter {name!r} has no default: give it with --set {name}=VALUE")
+    if problems:
+        raise ParameterError(problems)
+    return values
