@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = add(
         "validate",
         cmd_validate,
-        "validate runbooks and print every error as FILE:LINE:COL: FIELD: MESSAGE",
+        "validate runbooks; every error as FILE:LINE:COL: MESSAGE",
         "runbook validate runbooks/",
     )
     validate.add_argument(

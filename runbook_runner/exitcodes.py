@@ -11,7 +11,10 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage error, invalid runbook, unknown runbook or parameter
     HOST_UNREACHABLE = 3  # cannot connect, authentication or host-key failure
     DECLINED = 4  # the operator declined a confirmation (or none could be asked)
-    LOCKED = 5  # another destructive run holds the host
+    LOCKED = 5  # another destructive run holds the host, or the lock cannot be taken
+    CANNOT_TELL = 6  # an observation a step or check depends on could not be made
+    JOURNAL = 7  # the run journal cannot be written or read, or the run cannot be resumed
+    TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -21,7 +24,10 @@ EXPLANATIONS = {
     ExitCode.BAD_INPUT: "bad input: usage, invalid runbook, unknown runbook or parameter",
     ExitCode.HOST_UNREACHABLE: "host unreachable, authentication or host-key failure",
     ExitCode.DECLINED: "stopped by the operator (a confirmation was declined or not possible)",
-    ExitCode.LOCKED: "another destructive run holds the host (see --break-lock)",
+    ExitCode.LOCKED: "the host lock: another run holds it (see --break-lock), or it cannot be taken",
+    ExitCode.CANNOT_TELL: "cannot tell: what a step depends on could not be observed; nothing was done on it",
+    ExitCode.JOURNAL: "the run journal cannot be written or read, or the run cannot be resumed",
+    ExitCode.TIMED_OUT: "a command or wait ran out of time and the run stopped there",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
