@@ -4,6 +4,12 @@
 - A runbook naming a docs page that does not exist, a page linking a runbook that does not
   exist, and a runbook that no page links to are each reported; ``mkdocs build --strict``
   fails on them.
+- Figures come from ``docs/data/*.yaml``: ``{{ fig.NAME }}`` and ``{{ calc.NAME }}`` are
+  filled in (runbook_runner/figures.py), a name that is not there fails the build, and a
+  page ``figures.md`` lists every figure with its source and arithmetic.
+- A postmortem's front matter (date, authors, status, severity, ...) is shown as a table
+  under its title.
+- ``drills.md`` lists every drill scenario of the simulator, so the page cannot fall behind.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from pathlib import Path
 from mkdocs.plugins import get_plugin_logger
 from mkdocs.structure.files import File, Files
 
+import yaml
+
+from runbook_runner import figures as figures_module
 from runbook_runner.docs_page import render_page
 from runbook_runner.runbook import Runbook, RunbookInvalid, load
 
@@ -23,13 +32,161 @@ RUNBOOKS = REPO / "runbooks"
 # A Markdown link to a runbook page, relative from anywhere: (../)runbooks/NAME.md
 RUNBOOK_LINK = re.compile(r"\]\((?:\.\./)*runbooks/([a-z0-9-]+)\.md(?:#[^)]*)?\)")
 
+DATA = Path(__file__).resolve().parent / "data"
+
 _runbooks: dict[str, Runbook] = {}
 _linked_from: dict[str, set[str]] = {}
+_figures: dict[str, figures_module.Figure] = {}
+_figure_files: dict[str, str] = {}
+
+# What each drill scenario replays on the site: the pages that explain it.
+DRILL_PAGES = {
+    "oom-crash": [
+        ("Postmortem: SGLang HiCache OOM", "postmortems/sglang-hicache-oom.md"),
+        ("Orphaned GPU memory", "pitfalls/orphaned-gpu-memory.md"),
+    ],
+    "slow-teardown": [("Host RAM after a kill", "pitfalls/host-memory-after-kill.md")],
+    "persistence-blocks-reset": [
+        ("What blocks a GPU reset", "pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset")
+    ],
+    "stuck-d-state": [
+        ("Processes in D state", "pitfalls/host-memory-after-kill.md#3-processes-in-d-state"),
+        ("Orphaned GPU memory", "pitfalls/orphaned-gpu-memory.md"),
+    ],
+}
+META_ROWS = [
+    ("drill", "Drill"),
+    ("date", "Date"),
+    ("authors", "Authors"),
+    ("owner", "Owner"),
+    ("status", "Status"),
+    ("severity", "Severity"),
+    ("incident", "Incident"),
+    ("hosts", "Hosts"),
+    ("started", "Started (UTC)"),
+    ("ended", "Ended (UTC)"),
+    ("outcome", "Outcome"),
+    ("run", "Run"),
+    ("runbooks", "Runbooks"),
+]
+
+
+def _load_figures() -> None:
+    _figures.clear()
+    _figure_files.clear()
+    for path in sorted(DATA.glob("*.yaml")):
+        try:
+            loaded = figures_module.load(yaml.safe_load(path.read_text()) or {})
+        except (figures_module.FigureError, yaml.YAMLError) as error:
+            log.warning(f"docs/data/{path.name}: {error}")
+            continue
+        for name, figure in loaded.items():
+            if name in _figures:
+                log.warning(f"docs/data/{path.name}: {name} is also in {_figure_files[name]}")
+            _figures[name] = figure
+            _figure_files[name] = path.name
+
+
+def _cell(text: object) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _figures_page() -> str:
+    lines = [
+        "---",
+        "title: Figures of the SGLang HiCache OOM",
+        "---",
+        "",
+        "# Figures of the SGLang HiCache OOM",
+        "",
+        "Every number the postmortem and the pitfall pages quote comes from this table, "
+        "built from `docs/data/` at build time. GB, MB, KB and TB are powers of 10 "
+        "(a GB is 10^9 bytes); GiB, MiB, KiB and TiB powers of 2 (a GiB is 2^30 bytes). "
+        "*Observed*: read off a command output in the session record. *Configured*: a flag "
+        "we set. *Inferred*: our reading of a record that does not state its unit. "
+        "*Reference*: from a source outside the incident. *Derived*: computed here from the "
+        "others, with the arithmetic shown.",
+        "",
+        "## Measured and sourced",
+        "",
+        "| Figure | Value | Status | Source |",
+        "|---|---|---|---|",
+    ]
+    derived = []
+    for name, figure in _figures.items():
+        if figure.expr:
+            derived.append(figure)
+            continue
+        lines.append(
+            f"| `{name}` | {_cell(figure.text())} | {figure.status} | {_cell(figure.source)} |"
+        )
+    lines += ["", "## Derived", "", "| Figure | Arithmetic | Note |", "|---|---|---|"]
+    for figure in derived:
+        lines.append(
+            f"| `{figure.name}` | {_cell(figures_module.arithmetic(figure, _figures))} "
+            f"| {_cell(figure.note)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _drills_page() -> str:
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    lines = [
+        "---",
+        "title: Drills",
+        "tags:",
+        "  - drill",
+        "---",
+        "",
+        "# Drills: practise the recovery before you need it",
+        "",
+        "`runbook drill` runs a runbook against a simulated crashed 8-GPU server that answers "
+        "over real SSH on 127.0.0.1. It touches nothing on your machine, and simulated time "
+        "runs fast, so a ten-minute wait takes a second. Every prompt is the one a real run "
+        "would show. At the end a debrief lists what changed on the simulated host and which "
+        "rung of the ladder worked. This page is generated from the simulator's scenarios, "
+        "so it lists every one.",
+        "",
+        "| Scenario | What it teaches | Read with it |",
+        "|---|---|---|",
+    ]
+    for name, scenario in SCENARIOS.items():
+        pages = DRILL_PAGES.get(name)
+        if not pages:
+            log.warning(f"drill scenario {name!r}: no page in docs/hooks.py DRILL_PAGES explains it")
+            pages = []
+        links = ", ".join(f"[{title}]({page})" for title, page in pages)
+        lines.append(f"| [`{name}`](#{name}) | {_cell(scenario.teaches)} | {links} |")
+    for name, scenario in SCENARIOS.items():
+        lines += [
+            "",
+            f"## `{name}` {{#{name}}}",
+            "",
+            scenario.teaches[0].upper() + scenario.teaches[1:] + ".",
+            "",
+            "```sh",
+            f"runbook drill gpu-oom-recovery --scenario {name}",
+            "```",
+        ]
+    lines += [
+        "",
+        "Add `--yes` to answer every prompt with yes (reboots still need `--allow-reboot`). "
+        "Afterwards, turn the run into a practice postmortem: "
+        "`runbook runs` lists it, and `runbook postmortem new --from-run RUN` writes the page "
+        "(marked as a drill) under `docs/postmortems/`.",
+        "",
+        "The drills run the [GPU OOM recovery](runbooks/gpu-oom-recovery.md) runbook.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def on_files(files: Files, config) -> Files:
     _runbooks.clear()
     _linked_from.clear()
+    _load_figures()
+    files.append(File.generated(config, "figures.md", content=_figures_page()))
+    files.append(File.generated(config, "drills.md", content=_drills_page()))
     for path in sorted(RUNBOOKS.glob("*.yaml")):
         try:
             runbook = load(path)
@@ -67,10 +224,41 @@ def _index() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _meta_table(meta: dict, depth: int) -> str:
+    up = "../" * depth
+    rows = []
+    for key, label in META_ROWS:
+        value = meta.get(key)
+        if value in (None, "", []):
+            continue
+        if key == "runbooks":
+            shown = ", ".join(f"[{_cell(n)}]({up}runbooks/{_cell(n)}.md)" for n in value)
+        elif key == "drill":
+            shown = (
+                f"yes: scenario `{_cell(value)}` on a simulated host "
+                f"([drills]({up}drills.md)); not a real incident"
+            )
+        elif isinstance(value, list):
+            shown = ", ".join(_cell(v) for v in value)
+        else:
+            shown = _cell(value)
+        rows.append(f"| {label} | {shown} |")
+    if not rows:
+        return ""
+    return "\n".join(["| | |", "|---|---|", *rows]) + "\n"
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     source = page.file.src_uri
     if source.startswith("runbooks/"):
         return markdown
+    markdown, missing = figures_module.expand(markdown, _figures)
+    for name in missing:
+        log.warning(f"docs/{source}: quotes the figure {name!r}, which is not in docs/data/")
+    if source.startswith("postmortems/") and page.meta:
+        table = _meta_table(page.meta, source.count("/"))
+        if table:
+            markdown = re.sub(r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M)
     for name in RUNBOOK_LINK.findall(markdown):
         if name not in _runbooks:
             log.warning(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe import free, nvidia_smi, ps, sglang
+from runbook_runner.observe import free, nvidia_smi, ps, sglang, vllm
 from runbook_runner.observe.state import (
     Gpu,
     GpuProcess,
@@ -18,6 +18,7 @@ from runbook_runner.observe.state import (
     LaunchConfig,
     Memory,
     TextLine,
+    VllmLaunchConfig,
 )
 
 
@@ -52,6 +53,10 @@ def _launch(text: str, status: int, command: str) -> Any:
     return sglang.parse_launch(text)
 
 
+def _vllm_launch(text: str, status: int, command: str) -> Any:
+    return vllm.parse_launch(text)
+
+
 def _lines(text: str, status: int, command: str) -> Any:
     return tuple(TextLine(line.rstrip("\r")) for line in text.split("\n") if line.strip())
 
@@ -72,5 +77,8 @@ PARSERS: dict[str, Parser] = {
     "lines": Parser(TextLine, True, _lines, "one item per non-empty line", "the command"),
     "sglang-launch": Parser(
         LaunchConfig, False, _launch, "an sglang.launch_server command line", "the launch command"
+    ),
+    "vllm-launch": Parser(
+        VllmLaunchConfig, False, _vllm_launch, "a vllm serve command line", "the launch command"
     ),
 }

@@ -113,7 +113,23 @@ class Unavailable:
     condition: str = "failed"
 
 
-Record = Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig
+@dataclass(frozen=True)
+class VllmLaunchConfig:
+    """The host-memory flags of a ``vllm serve`` command line (None: not given)."""
+
+    tp_size: int | None = _f("--tensor-parallel-size")
+    pp_size: int | None = _f("--pipeline-parallel-size")
+    cpu_offload_gib: float | None = _f("--cpu-offload-gb", "GiB per GPU")
+    swap_space_gib: float | None = _f("--swap-space", "GiB per GPU")
+    kv_offloading_gib: float | None = _f("--kv-offloading-size", "GiB in total")
+    gpu_memory_utilization: float | None = _f("--gpu-memory-utilization")
+    model: str | None = _f("--model")
+
+    def describe(self) -> str:
+        return "the launch command"
+
+
+Record = Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig | VllmLaunchConfig
 
 
 def field_names(record_type: type) -> tuple[str, ...]:

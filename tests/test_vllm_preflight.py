@@ -1,0 +1,94 @@
+"""vLLM's host-memory flags: the launch parser, and the preflight's arithmetic over SSH."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO
+from runbook_runner.cli import main
+from runbook_runner.errors import ParseError
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.observe.vllm import parse_launch
+from runbook_runner.runbook import load
+
+PREFLIGHT = str(REPO / "runbooks" / "vllm-offload-preflight.yaml")
+
+
+def test_parser_reads_both_flag_forms_and_short_names():
+    config = parse_launch(
+        "vllm serve /m -tp 4 --pipeline-parallel-size=2 --cpu-offload-gb 40 "
+        "--swap-space=8 --kv-offloading-size 200 --gpu-memory-utilization 0.9"
+    )
+    assert (config.tp_size, config.pp_size) == (4, 2)
+    assert (config.cpu_offload_gib, config.swap_space_gib, config.kv_offloading_gib) == (
+        40.0,
+        8.0,
+        200.0,
+    )
+    assert config.gpu_memory_utilization == 0.9
+
+
+def test_parser_leaves_flags_not_given_unset():
+    config = parse_launch("vllm serve /m")
+    assert config.tp_size is None and config.cpu_offload_gib is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("vllm serve /m --cpu-offload-gb", "--cpu-offload-gb is missing its value"),
+        ("vllm serve /m -tp eight", "-tp 'eight': expected int"),
+        ("vllm serve '/m", "does not split into words"),
+    ],
+)
+def test_parser_errors_are_one_line(text, message):
+    with pytest.raises(ParseError, match=message):
+        parse_launch(text)
+
+
+def test_the_preflight_is_read_only():
+    runbook = load(REPO / "runbooks" / "vllm-offload-preflight.yaml")
+    assert not runbook.destructive
+    assert runbook.steps == ()
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize(
+    ("launch", "code", "message"),
+    [
+        (
+            # 40 GiB per GPU read as a total: 8 GPUs take 320 GiB, with the KV buffer 520 GiB.
+            "vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40 --kv-offloading-size 100",
+            ExitCode.GOAL_NOT_MET,
+            "8 GPUs × 40 GiB per GPU + 2 × 100 GiB KV offload in total = 520 GiB requested",
+        ),
+        (
+            "vllm serve /m -tp 4 -pp 2 --cpu-offload-gb 5 --kv-offloading-size 100",
+            ExitCode.OK,
+            "8 GPUs × 5 GiB per GPU + 2 × 100 GiB KV offload in total = 240 GiB requested",
+        ),
+    ],
+)
+def test_preflight_does_the_arithmetic(gpu_host, capsys, launch, code, message):
+    got = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}"])
+    out, _ = capsys.readouterr()
+    assert message in out
+    assert got == code
+
+
+@pytest.mark.ssh
+def test_preflight_fails_a_gpu_without_the_free_memory_asked_for(gpu_host, capsys):
+    from runbook_runner.simhost.model import eight_gpu_server
+
+    state = eight_gpu_server()
+    state.gpu(5).orphaned_mib = 20_000
+    gpu_host.set_state(state)
+    launch = "vllm serve /m -tp 8 --gpu-memory-utilization 0.9"
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}", "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr()[0])["checks"]}
+    assert code == ExitCode.GOAL_NOT_MET
+    assert checks["offload-fits"]["ok"]
+    assert not checks["gpus-fit-utilization"]["ok"]
+    assert "GPU 5" in checks["gpus-fit-utilization"]["message"]
