@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -88,7 +89,8 @@ def _load_figures() -> None:
 
 
 def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Front matter and data-file text in a table cell: inert (no HTML, no column breaks)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "&#124;")
 
 
 def _figures_page() -> str:

@@ -256,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument(
         "--last", type=int, default=20, metavar="N", help="how many runs to list (default 20)"
     )
+    postmortem = add(
+        "postmortem",
+        cli_host.cmd_postmortem,
+        "write a postmortem page under docs/postmortems/ from a run's journal",
+        "runbook postmortem new --from-run 20261130T --title 'GPU 3 held after a crash'",
+    )
+    postmortem.add_argument("action", choices=["new"])
+    postmortem.add_argument(
+        "--from-run", required=True, metavar="RUN", help="a run id (or its beginning), or a journal file"
+    )
+    postmortem.add_argument("--title", help="the page's title (default: runbook, host and date)")
+    postmortem.add_argument(
+        "--docs",
+        default="docs",
+        metavar="DIR",
+        help="the site's docs folder; mkdocs.yml is next to it (default: docs)",
+    )
     drill = add(
         "drill",
         cli_host.cmd_drill,

@@ -239,6 +239,7 @@ def _open_journal(
         host_key=fingerprint(transport.host_key) if transport.host_key else None,
         tool_version=__version__,
         dry_run=args.dry_run,
+        **({"drill": args.scenario} if getattr(args, "scenario", None) else {}),
     )
     return journal, run_id
 
@@ -292,6 +293,41 @@ def cmd_runs(args: argparse.Namespace) -> int:
             ("RUN", "OPERATOR", "RESULT"),
         )
     )
+    return ExitCode.OK
+
+
+def cmd_postmortem(args: argparse.Namespace) -> int:
+    from runbook_runner import postmortem
+
+    journal = journal_module.read(journal_module.find(args.from_run, _journal_folder()))
+    for problem in journal.problems:
+        print(problem, file=sys.stderr)
+    if journal.first("run-start") is None:
+        raise journal_module.JournalError(f"{args.from_run}: no run-start line: not a run journal")
+    docs = Path(args.docs)
+    mkdocs_yml = docs.parent / "mkdocs.yml"
+    if not (docs / "postmortems").is_dir() or not mkdocs_yml.is_file():
+        raise UsageError(
+            f"--docs {docs}: needs {docs}/postmortems/ and {mkdocs_yml} (run it in the repository)",
+            "runbook postmortem",
+        )
+    known = {p.stem for p in (docs.parent / "runbooks").glob("*.yaml")}
+    page = postmortem.draft(journal.events, args.title, known)
+    target = docs / "postmortems" / page.filename
+    counter = 2
+    while target.exists():
+        target = docs / "postmortems" / f"{target.stem.rsplit('-v', 1)[0]}-v{counter}.md"
+        counter += 1
+    try:
+        nav = postmortem.add_to_nav(
+            mkdocs_yml.read_text(encoding="utf-8"), page.title, f"postmortems/{target.name}"
+        )
+    except ValueError as error:
+        raise UsageError(f"{mkdocs_yml}: {error}", "runbook postmortem") from None
+    target.write_text(page.markdown, encoding="utf-8")
+    mkdocs_yml.write_text(nav, encoding="utf-8")
+    print(f"wrote {target}" + (" (a drill)" if page.drill else ""))
+    print(f"added it to the nav in {mkdocs_yml}; fill in the TODO sections, then build the site")
     return ExitCode.OK
 
 

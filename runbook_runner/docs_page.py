@@ -6,7 +6,7 @@ time, so the page and the YAML can never drift apart.
 
 from __future__ import annotations
 
-from runbook_runner.runbook import Runbook, Step, seconds_text
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step, seconds_text
 
 _AFFECTS = {
     "process": "the server's processes (or the ones named)",
@@ -18,6 +18,22 @@ _AFFECTS = {
 
 def _fence(text: str, language: str = "sh") -> str:
     return f"```{language}\n{text.strip()}\n```"
+
+
+def _duration(value: Seconds, runbook: Runbook) -> str:
+    """A duration as a reader needs it: the default value, and the parameter that sets it."""
+    if isinstance(value, Expression):
+        parameter = runbook.parameters.get(value.source.strip())
+        if parameter is not None and isinstance(parameter.default, int | float):
+            return f"{_seconds(float(parameter.default))} (`--set {parameter.name}=SECONDS`)"
+        return f"`{value.source}` seconds (an expression over the parameters)"
+    return _seconds(value)
+
+
+def _seconds(value: float) -> str:
+    if value >= 120 and value % 60 == 0:
+        return f"{value / 60:g} min"
+    return f"{value:g} s"
 
 
 def _step(number: int, step: Step, runbook: Runbook) -> str:
@@ -54,13 +70,13 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     if step.wait:
         until = ", ".join(f"[`{c}`](#check-{c})" for c in step.wait.until)
         facts.append(
-            f"Then waits up to {seconds_text(step.wait.timeout)} (polling every "
-            f"{seconds_text(step.wait.interval)}) until {until} hold."
+            f"Then waits up to {_duration(step.wait.timeout, runbook)}, polling every "
+            f"{_duration(step.wait.interval, runbook)}, until {until} hold."
         )
     if step.root:
         facts.append("Needs root: runs through `sudo -n` when you do not log in as root.")
     facts.append(
-        f"Timeout: {seconds_text(step.timeout)}; exit statuses that count as success: "
+        f"Timeout: {_duration(step.timeout, runbook)}; exit statuses that count as success: "
         + ", ".join(str(c) for c in step.ok_exit)
         + "."
     )
@@ -101,16 +117,35 @@ def render_page(runbook: Runbook, source: str) -> str:
         "",
         "## Run it",
         "",
-        _fence(
-            f"runbook check {runbook.name} --host HOST          # read-only: the state and each check\n"
-            + (
-                f"runbook run {runbook.name} --host HOST --dry-run  # the plan, every command, nothing changes\n"
-                f"runbook run {runbook.name} --host HOST            # asks before each destructive step"
-                if runbook.steps
-                else ""
-            )
-        ),
+        "Read-only: the state and each check.",
         "",
+        _fence(f"runbook check {runbook.name} --host HOST"),
+        "",
+    ]
+    if runbook.steps:
+        out += [
+            "The plan and every command it would send; nothing changes.",
+            "",
+            _fence(f"runbook run {runbook.name} --host HOST --dry-run"),
+            "",
+            "The run: "
+            + (
+                "asks before each destructive step."
+                if runbook.destructive
+                else "every step is read-only."
+            ),
+            "",
+            _fence(f"runbook run {runbook.name} --host HOST"),
+            "",
+        ]
+    if runbook.destructive:
+        out += [
+            "Practise it first on a simulated server ([drills](../drills.md)):",
+            "",
+            _fence(f"runbook drill {runbook.name}"),
+            "",
+        ]
+    out += [
         "## Goal",
         "",
         "The run ends by checking these; `runbook check` checks them without changing anything.",

@@ -1,0 +1,426 @@
+"""A run's journal as the first draft of a postmortem page (pure: events in, Markdown out).
+
+``runbook postmortem new --from-run RUN`` writes the page under ``docs/postmortems/`` and
+adds it to the site's nav (cli_host.py does the I/O). What the run knows is filled in: the
+metadata, the timeline with each step's commands, targets and waits, the state before and
+after. What only a human knows is marked TODO.
+
+Everything in a journal came from a host or an operator, so all of it is data: it is
+escaped for Markdown and HTML, never placed where it could become markup, a link, an
+include (``--8<--``), an abbreviation or one of the site's ``{{ fig.* }}`` placeholders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TODO = "TODO"
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def text(value: object, limit: int = 300) -> str:
+    """Host text as inert Markdown: one line, HTML-escaped, Markdown characters escaped."""
+    flat = " ".join(str(value).split())
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    flat = flat.replace('"', "&quot;")
+    return _MD_SPECIAL.sub(r"\\\1", flat)
+
+
+def code(value: object, limit: int = 300) -> str:
+    """Host text shown as code in a table cell: an HTML <code> element, every character inert."""
+    flat = " ".join(str(value).split())
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    escaped = (
+        flat.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("|", "&#124;")
+        .replace("`", "&#96;")
+        .replace("{", "&#123;")
+        .replace("}", "&#125;")
+        .replace("*", "&#42;")
+        .replace("_", "&#95;")
+        .replace("[", "&#91;")
+        .replace("\\", "&#92;")
+    )
+    return f"<code>{escaped}</code>"
+
+
+def yaml_string(value: object) -> str:
+    """A YAML double-quoted scalar (JSON's escapes are YAML's), ASCII only."""
+    return json.dumps(str(value), ensure_ascii=True)
+
+
+def slug(title: str) -> str:
+    words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    return (words[:60].rstrip("-")) or "postmortem"
+
+
+_GPU_TARGET = re.compile(r"(?:--id|-i)[ =]([0-9][0-9,]*)\b")
+_PID_TARGET = re.compile(r"^\s*(?:sudo -n\s+)?kill\s+(?:-[A-Z0-9]+\s+)*([0-9 ]+)$")
+
+
+def targets(commands: Iterable[str]) -> str:
+    """The GPUs and PIDs a step's commands name, e.g. 'GPU 0, GPU 2' or 'PID 4101, PID 4120'."""
+    found: list[str] = []
+    for command in commands:
+        for match in _GPU_TARGET.finditer(command):
+            found += [f"GPU {n}" for n in match.group(1).split(",") if n]
+        pid = _PID_TARGET.match(command)
+        if pid:
+            found += [f"PID {n}" for n in pid.group(1).split()]
+    unique = list(dict.fromkeys(found))
+    return ", ".join(unique) if unique else "–"
+
+
+@dataclass(frozen=True)
+class Draft:
+    title: str
+    filename: str  # NAME.md, under docs/postmortems/
+    markdown: str
+    runbook: str
+    drill: str | None
+
+
+def _first(events: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
+    return next((e for e in events if e.get("event") == kind), {})
+
+
+def _last(events: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
+    return next((e for e in reversed(events) if e.get("event") == kind), {})
+
+
+def _outcome(end: Mapping[str, Any]) -> str:
+    if not end:
+        return "did not finish (no run-end in the journal)"
+    if end.get("ok"):
+        reached = end.get("reached_by")
+        return "goal holds" + (f" (reached by {reached})" if reached else "")
+    if end.get("declined"):
+        return "declined by the operator; goal not reached"
+    if end.get("interrupted"):
+        return "interrupted; goal not reached"
+    return "goal not reached"
+
+
+def _mib(value: object) -> str:
+    return f"{value:,} MiB" if isinstance(value, int) else "?"
+
+
+def _gib(value: object) -> str:
+    return f"{value / 2**30:,.1f} GiB" if isinstance(value, int | float) else "?"
+
+
+def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    b_state, a_state = before.get("state") or {}, after.get("state") or {}
+    out: list[str] = []
+    b_gpus = {g.get("index"): g for g in b_state.get("gpus") or [] if isinstance(g, Mapping)}
+    a_gpus = {g.get("index"): g for g in a_state.get("gpus") or [] if isinstance(g, Mapping)}
+    indices = sorted({*b_gpus, *a_gpus}, key=lambda i: (not isinstance(i, int), str(i)))
+    if indices:
+        out += ["| GPU | Used before | Used after | Total |", "|---|---|---|---|"]
+        for index in indices:
+            b, a = b_gpus.get(index, {}), a_gpus.get(index, {})
+            total = b.get("memory_total_mib", a.get("memory_total_mib"))
+            out.append(
+                f"| {text(index)} | {_mib(b.get('memory_used_mib'))} "
+                f"| {_mib(a.get('memory_used_mib'))} | {_mib(total)} |"
+            )
+        out.append("")
+    b_mem, a_mem = b_state.get("memory") or {}, a_state.get("memory") or {}
+    if b_mem or a_mem:
+        out += [
+            "| Host memory | Before | After |",
+            "|---|---|---|",
+            f"| total | {_gib(b_mem.get('total_bytes'))} | {_gib(a_mem.get('total_bytes'))} |",
+            f"| available | {_gib(b_mem.get('available_bytes'))} "
+            f"| {_gib(a_mem.get('available_bytes'))} |",
+            "",
+        ]
+    b_procs = [p for p in b_state.get("gpu_processes") or [] if isinstance(p, Mapping)]
+    a_procs = [p for p in a_state.get("gpu_processes") or [] if isinstance(p, Mapping)]
+    if b_procs or a_procs or "gpu_processes" in b_state:
+        out += [
+            f"GPU processes: {len(b_procs)} before, {len(a_procs)} after"
+            + (
+                " (" + ", ".join(f"PID {text(p.get('pid'))}" for p in a_procs[:8]) + ")"
+                if a_procs
+                else ""
+            )
+            + ".",
+            "",
+        ]
+    b_checks = {c.get("name"): c for c in before.get("checks") or [] if isinstance(c, Mapping)}
+    a_checks = {c.get("name"): c for c in after.get("checks") or [] if isinstance(c, Mapping)}
+    if b_checks or a_checks:
+        out += ["| Check | Before | After |", "|---|---|---|"]
+        for name in dict.fromkeys([*b_checks, *a_checks]):
+
+            def verdict(check: Mapping[str, Any] | None) -> str:
+                if not check:
+                    return "–"
+                return "ok" if check.get("ok") else "fails"
+
+            out.append(
+                f"| {code(name)} | {verdict(b_checks.get(name))} | {verdict(a_checks.get(name))} |"
+            )
+        out.append("")
+    return out or ["The journal has no observed state.", ""]
+
+
+def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows: list[tuple[str, str, str, str]] = []
+    waits: dict[str, list[Mapping[str, Any]]] = {}
+    for event in events:
+        if event.get("event") == "wait":
+            waits.setdefault(str(event.get("step")), []).append(event)
+    for event in events:
+        kind, t = event.get("event"), str(event.get("t", ""))
+        step = str(event.get("id", event.get("step", "")))
+        if kind == "run-start":
+            rows.append(
+                (
+                    t,
+                    "–",
+                    f"run of {code(event.get('runbook'))} started by {text(event.get('operator'))}",
+                    f"host {code(event.get('host'))}",
+                )
+            )
+        elif kind == "observed" and event.get("label") in {"before", "after"}:
+            failing = [c for c in event.get("checks") or [] if not c.get("ok")]
+            data = "; ".join(f"{code(c.get('name'))} fails" for c in failing) or "goal holds"
+            rows.append((t, "–", f"state {text(event.get('label'))} observed", data))
+        elif kind == "step-start":
+            commands = [str(c) for c in event.get("commands") or []]
+            shown = ", ".join(code(c, 120) for c in commands[:4])
+            if len(commands) > 4:
+                shown += f" and {len(commands) - 4} more"
+            rows.append(
+                (t, code(step), "started" + (f": {shown}" if shown else ""), targets(commands))
+            )
+        elif kind == "confirmation":
+            rows.append(
+                (
+                    t,
+                    code(step),
+                    f"{text(event.get('operator'))} answered {text(event.get('answer'))}",
+                    "",
+                )
+            )
+        elif kind == "command" and (event.get("exit_status") not in (0, None) or event.get("timed_out")):
+            status = "timed out" if event.get("timed_out") else f"exit {text(event.get('exit_status'))}"
+            rows.append((t, code(step), f"{code(event.get('command'), 120)}: {status}", ""))
+        elif kind == "step-end":
+            polled = waits.get(step, [])
+            if polled:
+                last = polled[-1]
+                still = "; ".join(str(m) for m in last.get("failing") or [])
+                rows.append(
+                    (
+                        str(last.get("t", t)),
+                        code(step),
+                        f"waited {text(last.get('elapsed_s'))} s of {text(last.get('timeout_s'))} s",
+                        text(still, 200) if still else "",
+                    )
+                )
+            message = str(event.get("message") or "")
+            rows.append(
+                (
+                    t,
+                    code(step),
+                    text(event.get("status")) + f" after {text(event.get('duration_s'))} s",
+                    text(message, 200),
+                )
+            )
+        elif kind == "resume":
+            rows.append((t, code(event.get("from_step")), "run resumed", ""))
+        elif kind == "run-end":
+            rows.append((t, "–", f"run ended: {text(_outcome(event))}", ""))
+    out = ["| Time (UTC) | Step | Event | Data |", "|---|---|---|---|"]
+    out += [f"| {text(t)} | {s} | {e} | {d} |" for t, s, e, d in rows]
+    return out
+
+
+def draft(
+    events: Sequence[Mapping[str, Any]],
+    title: str | None = None,
+    known_runbooks: Iterable[str] = (),
+) -> Draft:
+    """The postmortem page for one run's journal events."""
+    start, end = _first(events, "run-start"), _last(events, "run-end")
+    runbook = str(start.get("runbook") or "unknown")
+    host = str(start.get("host") or "unknown")
+    run = str(start.get("run") or "unknown")
+    started = str(start.get("t") or "")
+    drill = start.get("drill")
+    drill_name = str(drill) if drill else None
+    day = started[:10] or "unknown"
+    if not title:
+        title = (
+            f"Drill: {runbook} on the {drill_name} scenario, {day}"
+            if drill_name
+            else f"{runbook} on {host}, {day}"
+        )
+    linked = runbook in set(known_runbooks)
+    runbook_ref = f"[{text(runbook)}](../runbooks/{runbook}.md)" if linked else code(runbook)
+    front = [
+        "---",
+        f"title: {yaml_string(title)}",
+        f"date: {yaml_string(day)}",
+        "authors: TODO",
+        "owner: TODO",
+        "status: draft",
+        "severity: " + ("none (a drill)" if drill_name else "TODO"),
+    ]
+    if drill_name:
+        front.append(f"drill: {yaml_string(drill_name)}")
+    front += [
+        f"hosts: [{yaml_string(host)}]",
+        f"started: {yaml_string(started)}",
+        f"ended: {yaml_string(end.get('t', 'did not finish'))}",
+        f"outcome: {yaml_string(_outcome(end))}",
+        f"run: {yaml_string(run)}",
+    ]
+    if linked:
+        front.append(f"runbooks: [{yaml_string(runbook)}]")
+    front += ["tags:", "  - postmortem"] + (["  - drill"] if drill_name else []) + ["---", ""]
+    body = [f"# {text(title, 200)}", ""]
+    if drill_name:
+        body += [
+            '!!! warning "A drill, not an incident"',
+            f"    This run was a drill of the {text(drill_name)} scenario on a simulated host "
+            "(see [drills](../drills.md)). Nothing real was affected.",
+            "",
+        ]
+    body += [
+        '!!! note "Generated from a run journal"',
+        f"    Written by `runbook postmortem new` from run {code(run)}. The metadata, the "
+        "timeline and the state before and after come from the journal; every section "
+        "marked TODO is for a person to write.",
+        "",
+        "## Summary",
+        "",
+        f"{TODO}: what broke, for whom, for how long, and why.",
+        "",
+        "## Impact",
+        "",
+        f"{TODO}: who or what was affected, and for how long.",
+        "",
+        "## Root causes",
+        "",
+        f"{TODO}",
+        "",
+        "## Trigger",
+        "",
+        f"{TODO}",
+        "",
+        "## Detection",
+        "",
+        f"{TODO}: how we found out.",
+        "",
+        "## Resolution",
+        "",
+        f"The runbook {runbook_ref} ran on {code(host)}: {text(_outcome(end))}.",
+        "",
+    ]
+    ends = [e for e in events if e.get("event") == "step-end"]
+    if ends:
+        body += ["| Step | Status | Duration | Targets |", "|---|---|---|---|"]
+        commands: dict[str, list[str]] = {}
+        for e in events:
+            if e.get("event") == "step-start":
+                commands[str(e.get("id"))] = [str(c) for c in e.get("commands") or []]
+        for e in ends:
+            step = str(e.get("id"))
+            body.append(
+                f"| {code(step)} | {text(e.get('status'))} | {text(e.get('duration_s'))} s "
+                f"| {targets(commands.get(step, []))} |"
+            )
+        body.append("")
+    body += [
+        "## State before and after",
+        "",
+        *_state_tables(_first_labelled(events, "before"), _last_labelled(events, "after")),
+        "## Timeline",
+        "",
+        *_timeline(events),
+        "",
+        "## Action items",
+        "",
+        "| Item | Type | Owner | Ticket | Status |",
+        "|---|---|---|---|---|",
+        f"| {TODO} | prevent / mitigate / detect / learn | {TODO} | {TODO} | open |",
+        "",
+        "## Lessons",
+        "",
+        "### What went well",
+        "",
+        f"- {TODO}",
+        "",
+        "### What went wrong",
+        "",
+        f"- {TODO}",
+        "",
+        "### Where we got lucky",
+        "",
+        f"- {TODO}",
+        "",
+        "## Supporting information",
+        "",
+        f"- The run journal: {code(run)}; `runbook runs show RUN --markdown` prints its timeline.",
+        f"- The runbook: {runbook_ref}.",
+    ]
+    if drill_name:
+        body.append("- Practice: [drills](../drills.md).")
+    return Draft(
+        title=title,
+        filename=slug(title) + ".md",
+        markdown="\n".join(front + body) + "\n",
+        runbook=runbook,
+        drill=drill_name,
+    )
+
+
+def _first_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, Any]:
+    return next(
+        (e for e in events if e.get("event") == "observed" and e.get("label") == label), {}
+    )
+
+
+def _last_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, Any]:
+    return next(
+        (e for e in reversed(events) if e.get("event") == "observed" and e.get("label") == label),
+        {},
+    )
+
+
+def add_to_nav(mkdocs_yml: str, title: str, path: str) -> str:
+    """mkdocs.yml with ``path`` listed under Postmortems (before the template, if listed).
+
+    A text edit: the file holds ``!!python/name`` tags a YAML round trip would not keep.
+    """
+    if f" {path}" in mkdocs_yml:
+        return mkdocs_yml
+    lines = mkdocs_yml.split("\n")
+    try:
+        head = next(i for i, line in enumerate(lines) if line.strip() == "- Postmortems:")
+    except StopIteration:
+        raise ValueError("mkdocs.yml has no '- Postmortems:' section in its nav") from None
+    indent = len(lines[head]) - len(lines[head].lstrip()) + 4
+    at = head + 1
+    while at < len(lines) and (
+        len(lines[at]) - len(lines[at].lstrip()) >= indent and lines[at].strip()
+    ):
+        if "postmortems/TEMPLATE.md" in lines[at]:
+            break
+        at += 1
+    lines.insert(at, " " * indent + f"- {yaml_string(title)}: {path}")
+    return "\n".join(lines)
