@@ -106,7 +106,8 @@ def _figures_page() -> str:
         "(a GB is 10^9 bytes); GiB, MiB, KiB and TiB powers of 2 (a GiB is 2^30 bytes). "
         "*Observed*: read off a command output in the session record. *Configured*: a flag "
         "we set. *Inferred*: our reading of a record that does not state its unit. "
-        "*Reference*: from a source outside the incident. *Derived*: computed here from the "
+        "*Reference*: from a source outside the incident. *Example*: a number chosen to illustrate. "
+        "*Derived*: computed here from the "
         "others, with the arithmetic shown.",
         "",
         "## Measured and sourced",

@@ -36,7 +36,7 @@ SCALE: dict[str, float] = {
 }
 # Units that are plain counts: the value is its own base.
 COUNTS = {"", "tokens", "s", "×", "ranks", "segments", "layers"}
-STATUSES = {"observed", "inferred", "unknown", "configured", "reference", "derived"}
+STATUSES = {"observed", "inferred", "unknown", "configured", "reference", "example", "derived"}
 PLACEHOLDER = re.compile(r"\{\{\s*(fig|calc)\.([a-z][a-z0-9_]*)(?:\.(value|short))?\s*\}\}")
 # A number followed by a unit of memory or tokens: what a page may state only from the data.
 FIGURE_IN_TEXT = re.compile(
@@ -136,7 +136,10 @@ def load(data: Mapping[str, Any]) -> dict[str, Figure]:
         unit = str(entry.get("unit", ""))
         status = str(entry.get("status", ""))
         if status not in STATUSES - {"derived"}:
-            raise FigureError(f"{name}: status must be one of observed, inferred, unknown, configured, reference")
+            raise FigureError(
+                f"{name}: status must be one of "
+                + ", ".join(sorted(STATUSES - {"derived"}))
+            )
         if not entry.get("source"):
             raise FigureError(f"{name}: needs a source")
         value = float(entry["value"])

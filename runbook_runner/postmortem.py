@@ -49,14 +49,21 @@ def code(value: object, limit: int = 300) -> str:
         .replace("*", "&#42;")
         .replace("_", "&#95;")
         .replace("[", "&#91;")
+        .replace("]", "&#93;")
         .replace("\\", "&#92;")
     )
     return f"<code>{escaped}</code>"
 
 
 def yaml_string(value: object) -> str:
-    """A YAML double-quoted scalar (JSON's escapes are YAML's), ASCII only."""
-    return json.dumps(str(value), ensure_ascii=True)
+    """A YAML double-quoted scalar (JSON's escapes are YAML's), ASCII only, and plain: the
+    theme shows front matter and nav titles in places that may not escape HTML, so the
+    characters that could start markup are dropped there (the body shows the full text)."""
+    plain = " ".join(_UNSAFE.sub(" ", str(value)).split())
+    return json.dumps(plain, ensure_ascii=True)
+
+
+_UNSAFE = re.compile(r"[<>&`{}|\\\[\]\x00-\x1f\x7f]")
 
 
 def slug(title: str) -> str:

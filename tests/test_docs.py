@@ -125,3 +125,176 @@ def test_generated_page_shows_every_step_command_and_flag():
     assert "asked for even then, unless `--allow-reboot`" in page
     for doc in runbook.docs:
         assert f"](../{doc})" in page
+
+
+# --- Figures: one data file, quoted by every page ------------------------------------------
+
+HAND_WRITTEN = sorted(
+    p
+    for p in (REPO / "docs").rglob("*.md")
+    if "includes" not in p.parts and p.name != "TEMPLATE.md"
+)
+
+
+def prose(markdown: str) -> str:
+    """A page without its front matter, code blocks and code spans (quoted host text)."""
+    markdown = re.sub(r"\A---\n.*?\n---\n", "", markdown, flags=re.S)
+    markdown = re.sub(r"^( *)(```|~~~).*?^\1\2", "", markdown, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", markdown)
+
+
+def incident_figures():
+    import yaml
+
+    from runbook_runner import figures
+
+    return figures.load(yaml.safe_load((REPO / "docs" / "data" / "sglang-hicache-oom.yaml").read_text()))
+
+
+@pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: str(p.relative_to(REPO / "docs")))
+def test_pages_state_figures_only_through_the_data(page):
+    from runbook_runner import figures
+
+    typed = [written for _, _, written in figures.stated(prose(page.read_text()))]
+    assert typed == [], f"type these as {{{{ fig.NAME }}}} from docs/data/: {typed}"
+
+
+@pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: str(p.relative_to(REPO / "docs")))
+def test_every_figure_a_page_shows_is_in_the_data(page):
+    from runbook_runner import figures
+
+    known = incident_figures()
+    expanded, missing = figures.expand(page.read_text(), known)
+    assert missing == []
+    unbacked = [
+        written
+        for value, unit, written in figures.stated(prose(expanded))
+        if not figures.backed(value, unit, written, known)
+    ]
+    assert unbacked == []
+
+
+def test_a_figure_typed_into_a_page_is_caught():
+    from runbook_runner import figures
+
+    text = prose("The host had 449 GB of RAM; `free -g` printed `449`.\n```\n0, 96413 MiB\n```\n")
+    assert [w for _, _, w in figures.stated(text)] == ["449 GB"]
+    value, unit, written = figures.stated("449 GB")[0]
+    assert not figures.backed(value, unit, written, incident_figures())  # 449 is GiB
+    value, unit, written = figures.stated("482.1 GB")[0]
+    assert figures.backed(value, unit, written, incident_figures())
+
+
+def test_derived_figures_show_their_arithmetic():
+    from runbook_runner import figures
+
+    known = incident_figures()
+    assert figures.arithmetic(known["hicache_requested_total"], known) == (
+        "8 × 300 GB = 2,400 GB (2.18 TiB)"
+    )
+    assert figures.arithmetic(known["kv_bf16_per_token"], known) == (
+        "(512 + 64) × 2 B × 61 = 70,272 B (68.6 KiB)"
+    )
+    # GiB in, GB out: the per-rank budget crosses units explicitly.
+    assert known["safe_per_rank"].text() == "47.4 GB (44.14 GiB)"
+    assert known["safe_hicache_size"].text() == "47 GB"
+
+
+def test_a_figure_file_without_sources_or_with_unknown_names_is_refused():
+    from runbook_runner import figures
+
+    with pytest.raises(figures.FigureError, match="needs a source"):
+        figures.load({"figures": {"x": {"value": 1, "unit": "GB", "status": "observed"}}})
+    with pytest.raises(figures.FigureError, match="uses 'y'"):
+        figures.load({"derived": {"x": {"expr": "y * 2", "unit": "GB"}}})
+    with pytest.raises(figures.FigureError, match="unknown unit"):
+        figures.load(
+            {"figures": {"x": {"value": 1, "unit": "gigs", "status": "observed", "source": "s"}}}
+        )
+
+
+def test_a_page_quoting_a_missing_figure_fails_the_build(project, tmp_path):
+    page = project / "docs" / "pitfalls" / "kv-cache-capacity.md"
+    page.write_text(page.read_text() + "\nThe host had {{ fig.no_such_figure }}.\n")
+    result = build(project, tmp_path / "site")
+    assert result.returncode != 0
+    assert "docs/pitfalls/kv-cache-capacity.md: quotes the figure 'no_such_figure'" in result.stderr
+
+
+def test_figures_metadata_and_drills_pages(site):
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    figures_page = text_of(site / "figures" / "index.html")
+    for name in incident_figures():
+        assert name in figures_page
+    assert "8 × 300 GB = 2,400 GB (2.18 TiB)" in figures_page
+    postmortem = text_of(site / "postmortems" / "sglang-hicache-oom" / "index.html")
+    for label in ("Date", "Authors", "Owner", "Status", "Severity", "Hosts", "Runbooks"):
+        assert f"\n{label}\n" in postmortem, label
+    assert "runbook run gpu-oom-recovery --host HOST --dry-run" in postmortem
+    assert "{{" not in postmortem
+    drills = text_of(site / "drills" / "index.html")
+    for name in SCENARIOS:
+        assert f"runbook drill gpu-oom-recovery --scenario {name}" in drills
+    index = text_of(site / "index.html")
+    assert "runbook run gpu-oom-recovery --dry-run" not in index  # without --host: exit 2
+
+
+def test_each_code_block_of_runbook_commands_copies_one_command():
+    """A copy button copies a whole block: a block with a runbook command holds only that one."""
+    pages = {str(p): p.read_text() for p in HAND_WRITTEN}
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        pages[path.name] = render_page(load(path), f"runbooks/{path.name}")
+    blocks = 0
+    for name, markdown in pages.items():
+        for block in re.findall(r"^ *```sh\n(.*?)^ *```", markdown, flags=re.S | re.M):
+            if "runbook " not in block:
+                continue
+            blocks += 1
+            lines = [line.strip() for line in block.splitlines() if line.strip()]
+            starts = [line for i, line in enumerate(lines) if i == 0 or not lines[i - 1].endswith("\\")]
+            assert len(starts) == 1, (name, block)
+            assert "#" not in block, (name, block)  # a comment would be copied and pasted too
+    assert blocks >= 10
+
+
+# --- A run becomes a postmortem ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def generated_site(tmp_path_factory):
+    """A drill run, made into a postmortem in a copy of the docs, and that copy built strictly."""
+    root = tmp_path_factory.mktemp("generated")
+    for name in ("docs", "runbooks"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copy(REPO / "mkdocs.yml", root)
+    env = {**ENV, "XDG_STATE_HOME": str(root / "state"), "PYTHONPATH": str(REPO)}
+    drill = subprocess.run(
+        [sys.executable, "-m", "runbook_runner", "drill", "gpu-oom-recovery", "--yes"],
+        capture_output=True, text=True, env=env, timeout=120, check=False, cwd=REPO,
+    )
+    assert drill.returncode == 0, drill.stdout + drill.stderr
+    (journal,) = (root / "state" / "runbook-runner" / "runs").glob("*.jsonl")
+    made = subprocess.run(
+        [sys.executable, "-m", "runbook_runner", "postmortem", "new", "--from-run", journal.stem, "--docs", str(root / "docs")],
+        capture_output=True, text=True, env=env, timeout=60, check=False, cwd=REPO,
+    )
+    assert made.returncode == 0, made.stderr
+    (page,) = [p for p in (root / "docs" / "postmortems").glob("drill-*.md")]
+    result = build(root, root / "site")
+    assert result.returncode == 0, result.stderr
+    return root / "site", page
+
+
+def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
+    site_dir, page = generated_site
+    assert page.stem in (page.parent.parent.parent / "mkdocs.yml").read_text()
+    built = text_of(site_dir / "postmortems" / page.stem / "index.html")
+    assert "A drill, not an incident" in built
+    assert "oom-crash" in built
+    assert "nvidia-smi --gpu-reset -i 0" in built
+    assert "GPU 0, GPU 2" in built  # the reset's targets
+    assert "96,413 MiB" in built and "3 MiB" in built  # before and after
+    assert "TODO" in built
+    raw = (site_dir / "postmortems" / page.stem / "index.html").read_text()
+    assert 'href="../../runbooks/gpu-oom-recovery/' in raw
