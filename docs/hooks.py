@@ -18,10 +18,9 @@ import html
 import re
 from pathlib import Path
 
+import yaml
 from mkdocs.plugins import get_plugin_logger
 from mkdocs.structure.files import File, Files
-
-import yaml
 
 from runbook_runner import figures as figures_module
 from runbook_runner.docs_page import render_page
@@ -157,7 +156,9 @@ def _drills_page() -> str:
     for name, scenario in SCENARIOS.items():
         pages = DRILL_PAGES.get(name)
         if not pages:
-            log.warning(f"drill scenario {name!r}: no page in docs/hooks.py DRILL_PAGES explains it")
+            log.warning(
+                f"drill scenario {name!r}: no page in docs/hooks.py DRILL_PAGES explains it"
+            )
             pages = []
         links = ", ".join(f"[{title}]({page})" for title, page in pages)
         lines.append(f"| [`{name}`](#{name}) | {_cell(scenario.teaches)} | {links} |")
@@ -248,7 +249,7 @@ def _meta_table(meta: dict, depth: int) -> str:
         rows.append(f"| {label} | {shown} |")
     if not rows:
         return ""
-    return "\n".join(["| | |", "|---|---|", *rows]) + "\n"
+    return "\n".join(["| About this postmortem | |", "|---|---|", *rows]) + "\n"
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -261,7 +262,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if source.startswith("postmortems/") and page.meta:
         table = _meta_table(page.meta, source.count("/"))
         if table:
-            markdown = re.sub(r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M)
+            markdown = re.sub(
+                r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M
+            )
     for name in RUNBOOK_LINK.findall(markdown):
         if name not in _runbooks:
             log.warning(

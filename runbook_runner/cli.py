@@ -163,12 +163,21 @@ def _add_consent_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+class _CommandsFormatter(argparse.RawDescriptionHelpFormatter):
+    """A command column wide enough for "postmortem", so each command's help is one line
+    (argparse sizes the column from the options only)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+        self._action_max_length = len("    postmortem")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="runbook",
         description="Run executable runbooks on GPU servers over SSH, and check their state.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_CommandsFormatter,
     )
     parser.add_argument("--version", action="version", version=f"runbook-runner {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -259,12 +268,15 @@ def build_parser() -> argparse.ArgumentParser:
     postmortem = add(
         "postmortem",
         cli_host.cmd_postmortem,
-        "write a postmortem page under docs/postmortems/ from a run's journal",
+        "a postmortem page under docs/postmortems/ from a run's journal",
         "runbook postmortem new --from-run 20261130T --title 'GPU 3 held after a crash'",
     )
     postmortem.add_argument("action", choices=["new"])
     postmortem.add_argument(
-        "--from-run", required=True, metavar="RUN", help="a run id (or its beginning), or a journal file"
+        "--from-run",
+        required=True,
+        metavar="RUN",
+        help="a run id (or its beginning), or a journal file",
     )
     postmortem.add_argument("--title", help="the page's title (default: runbook, host and date)")
     postmortem.add_argument(
@@ -276,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     drill = add(
         "drill",
         cli_host.cmd_drill,
-        "practise a runbook on a simulated crashed GPU server over real SSH (changes nothing here)",
+        "practise a runbook on a simulated crashed GPU server, over SSH",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")

@@ -6,7 +6,7 @@ time, so the page and the YAML can never drift apart.
 
 from __future__ import annotations
 
-from runbook_runner.runbook import Expression, Runbook, Seconds, Step, seconds_text
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
 _AFFECTS = {
     "process": "the server's processes (or the ones named)",

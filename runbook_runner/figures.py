@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ def _scale(unit: str) -> float:
 
 
 _FUNCS = {"floor": math.floor, "ceil": math.ceil, "min": min, "max": max}
-_OPS = {
+_OPS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
     ast.Mult: lambda a, b: a * b,
@@ -137,8 +137,7 @@ def load(data: Mapping[str, Any]) -> dict[str, Figure]:
         status = str(entry.get("status", ""))
         if status not in STATUSES - {"derived"}:
             raise FigureError(
-                f"{name}: status must be one of "
-                + ", ".join(sorted(STATUSES - {"derived"}))
+                f"{name}: status must be one of " + ", ".join(sorted(STATUSES - {"derived"}))
             )
         if not entry.get("source"):
             raise FigureError(f"{name}: needs a source")
@@ -147,7 +146,11 @@ def load(data: Mapping[str, Any]) -> dict[str, Figure]:
             name=name,
             base=value * _scale(unit),
             unit=unit,
-            digits=int(entry.get("digits", 0 if value == int(value) else len(str(entry["value"]).split(".")[1]))),
+            digits=int(
+                entry.get(
+                    "digits", 0 if value == int(value) else len(str(entry["value"]).split(".")[1])
+                )
+            ),
             status=status,
             source=str(entry["source"]),
             note=str(entry.get("note", "")),
@@ -189,14 +192,14 @@ def arithmetic(figure: Figure, figures: Mapping[str, Figure]) -> str:
         return figure.text()
 
     def word(match: re.Match[str]) -> str:
-        token = match.group(0)
-        if token in figures:
-            return figures[token].short()
-        if token in _SYMBOLS:
-            return _SYMBOLS[token]
-        if token == "**":
+        word_ = match.group(0)
+        if word_ in figures:
+            return figures[word_].short()
+        if word_ in _SYMBOLS:
+            return _SYMBOLS[word_]
+        if word_ == "**":
             return "^"
-        return token
+        return word_
 
     shown = re.sub(r"\*\*|[A-Za-z_][A-Za-z0-9_]*|[*/-]", word, figure.expr)
     shown = re.sub(r"\s+", " ", shown).strip()

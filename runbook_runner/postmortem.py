@@ -186,9 +186,13 @@ def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
 def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
     rows: list[tuple[str, str, str, str]] = []
     waits: dict[str, list[Mapping[str, Any]]] = {}
+    started_commands: dict[str, list[str]] = {}
+    eventful: set[str] = set()  # steps with a prompt or a wait between their start and end
     for event in events:
         if event.get("event") == "wait":
             waits.setdefault(str(event.get("step")), []).append(event)
+        if event.get("event") in {"wait", "confirmation"}:
+            eventful.add(str(event.get("step")))
     for event in events:
         kind, t = event.get("event"), str(event.get("t", ""))
         step = str(event.get("id", event.get("step", "")))
@@ -207,12 +211,9 @@ def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
             rows.append((t, "–", f"state {text(event.get('label'))} observed", data))
         elif kind == "step-start":
             commands = [str(c) for c in event.get("commands") or []]
-            shown = ", ".join(code(c, 120) for c in commands[:4])
-            if len(commands) > 4:
-                shown += f" and {len(commands) - 4} more"
-            rows.append(
-                (t, code(step), "started" + (f": {shown}" if shown else ""), targets(commands))
-            )
+            started_commands[step] = commands
+            if step in eventful:  # its own row, before the prompt and the waits
+                rows.append((t, code(step), "started" + _commands(commands), targets(commands)))
         elif kind == "confirmation":
             rows.append(
                 (
@@ -222,8 +223,12 @@ def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
                     "",
                 )
             )
-        elif kind == "command" and (event.get("exit_status") not in (0, None) or event.get("timed_out")):
-            status = "timed out" if event.get("timed_out") else f"exit {text(event.get('exit_status'))}"
+        elif kind == "command" and (
+            event.get("exit_status") not in (0, None) or event.get("timed_out")
+        ):
+            status = (
+                "timed out" if event.get("timed_out") else f"exit {text(event.get('exit_status'))}"
+            )
             rows.append((t, code(step), f"{code(event.get('command'), 120)}: {status}", ""))
         elif kind == "step-end":
             polled = waits.get(step, [])
@@ -239,21 +244,49 @@ def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
                     )
                 )
             message = str(event.get("message") or "")
+            commands = [] if step in eventful else started_commands.get(step, [])
             rows.append(
                 (
                     t,
                     code(step),
-                    text(event.get("status")) + f" after {text(event.get('duration_s'))} s",
-                    text(message, 200),
+                    text(event.get("status"))
+                    + f" after {text(event.get('duration_s'))} s"
+                    + _commands(commands),
+                    "; ".join(
+                        x
+                        for x in (targets(commands) if commands else "", text(message, 200))
+                        if x and x != "–"
+                    ),
                 )
             )
         elif kind == "resume":
             rows.append((t, code(event.get("from_step")), "run resumed", ""))
         elif kind == "run-end":
             rows.append((t, "–", f"run ended: {text(_outcome(event))}", ""))
-    out = ["| Time (UTC) | Step | Event | Data |", "|---|---|---|---|"]
-    out += [f"| {text(t)} | {s} | {e} | {d} |" for t, s, e, d in rows]
+    day = str(events[0].get("t", ""))[:10] if events else ""
+    out = [
+        f"All times UTC, on {text(day)}." if day else "All times UTC.",
+        "",
+        "| Time | Step | Event | Data |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| {text(_clock(t))} | {s} | {e} | {d} |" for t, s, e, d in rows]
     return out
+
+
+def _clock(stamp: str) -> str:
+    """'2026-11-30T14:00:02.100Z' as '14:00:02.100' (the date is above the table)."""
+    match = re.fullmatch(r"\d{4}-\d\d-\d\dT(\d\d:\d\d:\d\d(?:\.\d+)?)Z?", stamp)
+    return match.group(1) if match else stamp
+
+
+def _commands(commands: Sequence[str]) -> str:
+    if not commands:
+        return ""
+    shown = ", ".join(code(c, 120) for c in commands[:4])
+    if len(commands) > 4:
+        shown += f" and {len(commands) - 4} more"
+    return f": {shown}"
 
 
 def draft(
@@ -397,9 +430,7 @@ def draft(
 
 
 def _first_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, Any]:
-    return next(
-        (e for e in events if e.get("event") == "observed" and e.get("label") == label), {}
-    )
+    return next((e for e in events if e.get("event") == "observed" and e.get("label") == label), {})
 
 
 def _last_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, Any]:

@@ -148,7 +148,9 @@ def incident_figures():
 
     from runbook_runner import figures
 
-    return figures.load(yaml.safe_load((REPO / "docs" / "data" / "sglang-hicache-oom.yaml").read_text()))
+    return figures.load(
+        yaml.safe_load((REPO / "docs" / "data" / "sglang-hicache-oom.yaml").read_text())
+    )
 
 
 @pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: str(p.relative_to(REPO / "docs")))
@@ -252,7 +254,9 @@ def test_each_code_block_of_runbook_commands_copies_one_command():
                 continue
             blocks += 1
             lines = [line.strip() for line in block.splitlines() if line.strip()]
-            starts = [line for i, line in enumerate(lines) if i == 0 or not lines[i - 1].endswith("\\")]
+            starts = [
+                line for i, line in enumerate(lines) if i == 0 or not lines[i - 1].endswith("\\")
+            ]
             assert len(starts) == 1, (name, block)
             assert "#" not in block, (name, block)  # a comment would be copied and pasted too
     assert blocks >= 10
@@ -271,13 +275,33 @@ def generated_site(tmp_path_factory):
     env = {**ENV, "XDG_STATE_HOME": str(root / "state"), "PYTHONPATH": str(REPO)}
     drill = subprocess.run(
         [sys.executable, "-m", "runbook_runner", "drill", "gpu-oom-recovery", "--yes"],
-        capture_output=True, text=True, env=env, timeout=120, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        cwd=REPO,
     )
     assert drill.returncode == 0, drill.stdout + drill.stderr
     (journal,) = (root / "state" / "runbook-runner" / "runs").glob("*.jsonl")
     made = subprocess.run(
-        [sys.executable, "-m", "runbook_runner", "postmortem", "new", "--from-run", journal.stem, "--docs", str(root / "docs")],
-        capture_output=True, text=True, env=env, timeout=60, check=False, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "postmortem",
+            "new",
+            "--from-run",
+            journal.stem,
+            "--docs",
+            str(root / "docs"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+        cwd=REPO,
     )
     assert made.returncode == 0, made.stderr
     (page,) = [p for p in (root / "docs" / "postmortems").glob("drill-*.md")]
@@ -294,7 +318,8 @@ def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     assert "oom-crash" in built
     assert "nvidia-smi --gpu-reset -i 0" in built
     assert "GPU 0, GPU 2" in built  # the reset's targets
-    assert "96,413 MiB" in built and "3 MiB" in built  # before and after
+    assert "96,413 MiB" in built
+    assert "3 MiB" in built
     assert "TODO" in built
     raw = (site_dir / "postmortems" / page.stem / "index.html").read_text()
     assert 'href="../../runbooks/gpu-oom-recovery/' in raw

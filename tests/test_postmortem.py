@@ -68,7 +68,12 @@ def events(host: str = "gpu-7", drill: str | None = None, output: str = "") -> l
             "state": {"gpus": [{**gpus[0], "memory_used_mib": 3}]},
             "checks": [{"name": "gpu-memory-released", "ok": True}],
         },
-        {"t": "2026-11-30T14:00:10.500Z", "event": "run-end", "ok": True, "reached_by": "reset-gpus"},
+        {
+            "t": "2026-11-30T14:00:10.500Z",
+            "event": "run-end",
+            "ok": True,
+            "reached_by": "reset-gpus",
+        },
     ]
 
 
@@ -79,7 +84,8 @@ def test_the_run_fills_metadata_timeline_targets_and_state():
     assert 'hosts: ["gpu-7"]' in front
     assert 'outcome: "goal holds (reached by reset-gpus)"' in front
     assert 'runbooks: ["gpu-oom-recovery"]' in front
-    assert "severity: TODO" in front and "drill:" not in front
+    assert "severity: TODO" in front
+    assert "drill:" not in front
     assert "](../runbooks/gpu-oom-recovery.md)" in page.markdown
     assert "| 0 | 96,413 MiB | 3 MiB | 97,887 MiB |" in page.markdown
     assert "GPU 0" in page.markdown  # the reset's target
@@ -117,12 +123,15 @@ def test_host_text_stays_inert():
         if line.startswith("| ") and "---" not in line:
             cells = re.split(r"(?<!\\)\|", line)
             assert len(cells) in (4, 5, 6, 7), line
-    assert page.filename.endswith(".md") and "/" not in page.filename
+    assert page.filename.endswith(".md")
+    assert "/" not in page.filename
 
 
 def test_escapers():
     assert text("a|b<c>") == "a\\|b&lt;c&gt;"
-    assert code("x | `y` {{ z }}") == "<code>x &#124; &#96;y&#96; &#123;&#123; z &#125;&#125;</code>"
+    assert (
+        code("x | `y` {{ z }}") == "<code>x &#124; &#96;y&#96; &#123;&#123; z &#125;&#125;</code>"
+    )
     assert text("line one\nline two") == "line one line two"
 
 

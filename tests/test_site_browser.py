@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
-from test_docs import site  # noqa: F401  (the session's built site)
+from test_docs import generated_site, site  # noqa: F401  (the session's built sites)
 
 from conftest import REPO
 from runbook_runner.runbook import load
@@ -22,19 +23,40 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def served(site):  # noqa: F811
+def _serve(folder: Path):
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
-    handler = functools.partial(Quiet, directory=str(site))
+    handler = functools.partial(Quiet, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def served(site):  # noqa: F811
+    server = _serve(site)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="module")
+def served_generated(generated_site):  # noqa: F811
+    server = _serve(generated_site[0])
+    yield f"http://127.0.0.1:{server.server_address[1]}", generated_site[1].stem
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where screenshots go: $RBR_SCREENSHOTS if set (to look at them), else the test's folder."""
+    folder = Path(os.environ.get("RBR_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +132,72 @@ def test_runbook_page_shows_its_steps(browser, served, tmp_path: Path):
     runbook = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")
     assert len(danger) == sum(step.destructive for step in runbook.steps)
     browser.save_screenshot(str(tmp_path / "runbook.png"))
+
+
+def _at_width(browser, width: int, url: str) -> None:
+    # Headless Chromium keeps windows at least 500 px wide: emulate the phone's viewport.
+    browser.set_window_size(max(width, 800), 1000)
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    browser.get(url)
+    wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _no_page_overflow(browser) -> None:
+    """Nothing makes the page itself scroll sideways; wide tables scroll inside their frame."""
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    scroll = browser.execute_script("return document.documentElement.scrollWidth")
+    assert scroll <= width + 1, (scroll, width)
+
+
+def _full_page(browser, path: Path) -> None:
+    import base64
+
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    shot = browser.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": width, "height": min(height, 16000), "scale": 1},
+        },
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_postmortem_at_phone_and_desktop_width(browser, served, shots, width):
+    from selenium.webdriver.common.by import By
+
+    _at_width(browser, width, f"{served}/postmortems/sglang-hicache-oom/")
+    meta = browser.find_elements(By.CSS_SELECTOR, "article table")[0]
+    assert "Severity" in meta.get_attribute("textContent")
+    assert "Owner" in meta.get_attribute("textContent")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.mermaid"))
+    _no_page_overflow(browser)
+    _full_page(browser, shots / f"postmortem-{width}.png")
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generated, shots, width):
+    from selenium.webdriver.common.by import By
+
+    base, stem = served_generated
+    _at_width(browser, width, f"{base}/postmortems/{stem}/")
+    article = browser.find_element(By.CSS_SELECTOR, "article").text
+    assert "A drill, not an incident" in article
+    assert "GPU 0, GPU 2" in article
+    _no_page_overflow(browser)
+    _full_page(browser, shots / f"generated-postmortem-{width}.png")
+
+
+def test_the_ladder_diagram_is_readable_at_desktop_width(browser, served):
+    from selenium.webdriver.common.by import By
+
+    _at_width(browser, 1280, f"{served}/pitfalls/orphaned-gpu-memory/")
+    diagram = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.mermaid"))[0]
+    assert diagram.size["height"] > 300  # top-down: one rung per row

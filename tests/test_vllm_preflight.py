@@ -32,7 +32,8 @@ def test_parser_reads_both_flag_forms_and_short_names():
 
 def test_parser_leaves_flags_not_given_unset():
     config = parse_launch("vllm serve /m")
-    assert config.tp_size is None and config.cpu_offload_gib is None
+    assert config.tp_size is None
+    assert config.cpu_offload_gib is None
 
 
 @pytest.mark.parametrize(
