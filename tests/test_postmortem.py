@@ -166,3 +166,43 @@ def test_the_page_joins_the_nav_before_the_template_once():
 def test_nav_without_postmortems_is_an_error():
     with pytest.raises(ValueError, match="no '- Postmortems:'"):
         add_to_nav("nav:\n  - Home: index.md\n", "t", "postmortems/t.md")
+
+
+def _journal(folder, name="20261130T140000Z-gpu-oom-recovery-gpu-7-abcd.jsonl"):
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("".join(json.dumps(e) + "\n" for e in events(drill="oom-crash")))
+    return path
+
+
+def test_the_command_writes_the_page_and_the_nav_and_never_overwrites(tmp_path, capsys):
+    from runbook_runner.cli import main
+    from runbook_runner.exitcodes import ExitCode
+
+    journal = _journal(tmp_path / "runs")
+    (tmp_path / "docs" / "postmortems").mkdir(parents=True)
+    (tmp_path / "mkdocs.yml").write_text(NAV)
+    args = ["postmortem", "new", "--from-run", str(journal), "--docs", str(tmp_path / "docs")]
+    assert main(args) == ExitCode.OK
+    assert main(args) == ExitCode.OK
+    pages = sorted(p.name for p in (tmp_path / "docs" / "postmortems").glob("*.md"))
+    assert pages == [
+        "drill-gpu-oom-recovery-on-the-oom-crash-scenario-2026-11-30-v2.md",
+        "drill-gpu-oom-recovery-on-the-oom-crash-scenario-2026-11-30.md",
+    ]
+    nav = (tmp_path / "mkdocs.yml").read_text()
+    assert all(f"postmortems/{page}" in nav for page in pages)
+    assert "(a drill)" in capsys.readouterr().out
+
+
+def test_the_command_refuses_a_folder_that_is_not_a_site(tmp_path, capsys):
+    from runbook_runner.cli import main
+    from runbook_runner.exitcodes import ExitCode
+
+    journal = _journal(tmp_path / "runs")
+    code = main(["postmortem", "new", "--from-run", str(journal), "--docs", str(tmp_path)])
+    assert code == ExitCode.BAD_INPUT
+    assert "needs" in capsys.readouterr().err
+    assert main(["postmortem", "new", "--from-run", "no-such-run"]) == ExitCode.BAD_INPUT
