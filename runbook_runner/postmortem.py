@@ -174,6 +174,8 @@ def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
             def verdict(check: Mapping[str, Any] | None) -> str:
                 if not check:
                     return "–"
+                if check.get("ok") is None or check.get("status") == "unknown":
+                    return "cannot tell"  # a check that could not be observed
                 return "ok" if check.get("ok") else "fails"
 
             out.append(

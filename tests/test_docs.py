@@ -123,6 +123,10 @@ def test_generated_page_shows_every_step_command_and_flag():
     assert page.count('!!! danger "Destructive') == sum(s.destructive for s in runbook.steps)
     assert "Skipped once the goal holds." in page
     assert "asked for even then, unless `--allow-reboot`" in page
+    # Waits read as durations with their defaults, not as parameter names.
+    assert "Then waits up to 2 min (`--set stop_wait_s=SECONDS`), polling every 2 s" in page
+    assert "Then waits up to 3 min (`--set teardown_wait_s=SECONDS`)" in page
+    assert not re.search(r"up to `?[a-z_]+_s\b", page)
     for doc in runbook.docs:
         assert f"](../{doc})" in page
 
