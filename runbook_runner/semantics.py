@@ -13,7 +13,7 @@ from typing import Any
 
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import field_names
+from runbook_runner.observe.state import field_names, has_field
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
 
@@ -174,7 +174,7 @@ class _Semantics:
             lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
             return f"{head!r} is not a list observation{_suggest(head, lists)}"
         fields = list(field_names(PARSERS[spec["parser"]].record_type))
-        if field not in fields:
+        if not has_field(PARSERS[spec["parser"]].record_type, field):
             return f"{head!r} items have no field {field!r}{_suggest(field, fields)}"
         return None
 
@@ -188,6 +188,8 @@ class _Semantics:
                 return None
             if name in self.parameters or name in self.observations or name in self.lets:
                 return None
+            if item_type is not None and has_field(item_type, name):
+                return None  # a field an open record takes from the output (a table's column)
             fields = list(field_names(item_type)) if item_type else []
             known = list(self.parameters) + self.lets + fields
             return f"unknown name {name!r}{_suggest(name, known)}"
@@ -197,7 +199,7 @@ class _Semantics:
         if parser.is_list:
             return f"{head!r} is a list: use 'every'/'none' on it, or count({head})"
         fields = list(field_names(parser.record_type))
-        if field not in fields:
+        if not has_field(parser.record_type, field):
             return f"{head!r} has no field {field!r}{_suggest(field, fields)}"
         return None
 
@@ -312,7 +314,7 @@ class _Semantics:
                     self.error(
                         path, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset
                     )
-                elif field not in field_names(item_type):
+                elif not has_field(item_type, field):
                     fields = list(field_names(item_type))
                     self.error(
                         path,
