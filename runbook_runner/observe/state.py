@@ -191,7 +191,7 @@ class MemInfo(_Open):
     extra: tuple[tuple[str, int | str], ...] = _extra()
 
     def describe(self) -> str:
-        return "the key: value file"
+        return "meminfo"
 
 
 @dataclass(frozen=True)

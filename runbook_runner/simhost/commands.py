@@ -124,6 +124,51 @@ def free(env: Env, args: list[str]) -> int:
     return 0
 
 
+def df(env: Env, args: list[str]) -> int:
+    """df [-P] [-h] [-B1|-k|-BSIZE] [--output=FIELDS] [PATH...] over the model's filesystems."""
+    output = option(args, "--output")
+    block, human, posix, paths = 1024, False, False, []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == "-B" and i + 1 < len(args):
+            block, skip = _block(args[i + 1]), True
+        elif arg.startswith("-B") or arg.startswith("--block-size="):
+            block = _block(arg.split("=", 1)[1] if "=" in arg else arg[2:])
+        elif arg.startswith("--output"):
+            continue
+        elif arg in {"-P", "--portability"}:
+            posix = True
+        elif arg in {"-h", "--human-readable"}:
+            human = True
+        elif arg == "-k":
+            block = 1024
+        elif arg.startswith("-"):
+            env.err(f"df: option {arg!r} is not simulated\n")
+            return 1
+        else:
+            paths.append(arg)
+    fields = output.split(",") if output else None
+    if fields and any(f not in render.DF_FIELDS for f in fields):
+        env.err(
+            f"df: option --output: field {next(f for f in fields if f not in render.DF_FIELDS)!r} unknown\n"
+        )
+        return 1
+    text, errors = render.df(env.host, paths, fields, block, human, posix)
+    env.out(text)
+    for error in errors:
+        env.err(error)
+    return 1 if errors else 0
+
+
+def _block(size: str) -> int:
+    units = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+    number = size.rstrip("KMG")
+    return int(number or "1") * units[size[len(number) :]]
+
+
 def dmesg(env: Env, args: list[str]) -> int:
     host = env.host
     env.out("".join(line + "\n" for line in host.kernel_messages))
@@ -295,6 +340,7 @@ COMMANDS: dict[str, Command] = {
     "nvidia-smi": nvidia_smi,
     "free": free,
     "dmesg": dmesg,
+    "df": df,
     "pkill": pkill,
     "pgrep": pgrep,
     "fuser": fuser,
