@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,33 +26,6 @@ from runbook_runner.simhost.simulated import SimClock, SimProcesses
 from runbook_runner.simhost.statefile import StateFileError, host_from_state
 
 GIB = 1024**3
-TMP_CHECK = """\
-parameters:
-  min_free_bytes:
-    type: integer
-    default: 1073741824
-    min: 0
-    description: Bytes /tmp must have free (1 GiB).
-  server_pattern:
-    type: string
-    default: 'vllm\\.entrypoints'
-    description: The server's command line, e.g. vllm\\.entrypoints.
-
-observations:
-  tmp:
-    command: df -B1 --output=target,avail /tmp
-    parser: df
-
-checks:
-  tmp-has-space:
-    description: /tmp has at least 1 GiB free
-    every: tmp
-    expect: available_bytes >= min_free_bytes
-    hint: Delete old files under /tmp.
-
-goal: [tmp-has-space]
-steps: []
-"""
 
 
 def run_cli(capsys, *argv):
@@ -126,29 +100,47 @@ def test_new_without_a_terminal_asks_for_docs(project, capsys, monkeypatch):
 # -- the whole way: new, edit, validate, test, the site -----------------------------------
 
 
+def readme_walkthrough() -> tuple[list[str], str, str]:
+    """The README's "Add a runbook": its five commands, the runbook edit, the state file."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Add a runbook") : readme.index("## Layout")]
+    blocks = [
+        (language, textwrap.dedent(body))
+        for language, body in re.findall(r"```(\w+)\n(.*?)^ *```", section, re.M | re.S)
+    ]
+    (commands,) = [body for language, body in blocks if language == "sh"]
+    edit, state = [body for language, body in blocks if language == "yaml"]
+    return commands.splitlines(), edit, state
+
+
 def test_a_new_tmp_free_space_runbook_from_new_to_the_site(project, capsys, tmp_path_factory):
-    assert (
-        run_cli(capsys, "new", "tmp-free-space", "--docs", "pitfalls/kv-cache-capacity.md")[0] == 0
-    )
+    """The README's five commands, as written, from `runbook new` to the site."""
+    commands, edit, state = readme_walkthrough()
+    assert [c.split()[:2] for c in commands] == [
+        ["runbook", "new"],
+        ["$EDITOR", "runbooks/tmp-free-space.yaml"],
+        ["runbook", "validate"],
+        ["runbook", "test"],
+        ["mkdocs", "build"],
+    ]
+    new, _, validate, test, _ = (shlex.split(c)[1:] for c in commands)
+    assert run_cli(capsys, *new)[0] == ExitCode.OK
     path = project / "runbooks" / "tmp-free-space.yaml"
     skeleton = path.read_text()
-    write(path, skeleton[: skeleton.index("parameters:")] + TMP_CHECK)
-    code, out, _ = run_cli(capsys, "validate", "runbooks/tmp-free-space.yaml")
+    backslash = "  server_pattern:\n    type: string\n    default: 'vllm\\.entrypoints'\n    description: The server, e.g. vllm\\.entrypoints.\n"
+    edited = edit.replace("observations:", backslash + "\nobservations:", 1)
+    write(path, skeleton[: skeleton.index("parameters:")] + edited)
+    code, out, _ = run_cli(capsys, *validate)
     assert code == ExitCode.OK
     assert "ok (0 steps)" in out
 
-    full = write(
-        project / "full.yaml",
-        "filesystems:\n  - {mounted_on: /tmp, size: 20 GiB, used: 19.5 GiB}\n",
-    )
-    code, out, _ = run_cli(capsys, "test", "runbooks/tmp-free-space.yaml", "--state", str(full))
+    write(project / "full-tmp.yaml", state)
+    code, out, _ = run_cli(capsys, *test)
     assert code == ExitCode.GOAL_NOT_MET
     assert "FAIL tmp-has-space: filesystem /tmp: Avail 512.0 MiB, expected >= 1.0 GiB" in out
     assert "Delete old files under /tmp" in out
-    roomy = write(
-        project / "roomy.yaml", "filesystems:\n  - {mounted_on: /tmp, size: 20 GiB, used: 1 GiB}\n"
-    )
-    code, out, _ = run_cli(capsys, "test", "runbooks/tmp-free-space.yaml", "--state", str(roomy))
+    write(project / "full-tmp.yaml", state.replace("19.5 GiB", "1 GiB"))
+    code, out, _ = run_cli(capsys, *test)
     assert code == ExitCode.OK
     assert "ok   tmp-has-space" in out
 
@@ -163,11 +155,10 @@ def test_a_new_tmp_free_space_runbook_from_new_to_the_site(project, capsys, tmp_
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    page = html.unescape(
-        re.sub(r"<[^>]+>", "", (site / "runbooks/tmp-free-space/index.html").read_text())
-    )
-    assert "available_bytes >= min_free_bytes" in page
-    assert "vllm\\.entrypoints" in page  # the description's backslash survives Markdown
+    page = (site / "runbooks" / "tmp-free-space" / "index.html").read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "available_bytes >= min_free_bytes" in text
+    assert "vllm\\.entrypoints" in text  # the description's backslash survives Markdown
 
 
 # -- runbook test ------------------------------------------------------------------------------
