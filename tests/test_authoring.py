@@ -97,6 +97,19 @@ def test_new_without_a_terminal_asks_for_docs(project, capsys, monkeypatch):
     assert "pitfalls/kv-cache-capacity.md" in err
 
 
+def test_new_on_a_terminal_asks_which_docs_page(project, capsys, monkeypatch):
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt: "2")
+    code, out, _ = run_cli(capsys, "new", "tmp-free")
+    assert code == ExitCode.OK
+    listed = [line.split(". ", 1)[1] for line in out.splitlines() if line.startswith("  2. ")]
+    assert load(project / "runbooks" / "tmp-free.yaml").docs == tuple(listed)
+
+
 # -- the whole way: new, edit, validate, test, the site -----------------------------------
 
 
