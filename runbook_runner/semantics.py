@@ -33,6 +33,18 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _mistyped(spec: dict[str, Any], kind: str) -> bool:
+    """Whether a mapping has a key the schema does not know: reported there ("did you mean").
+
+    A missing 'expect' or 'run' is then most likely that key, mistyped; saying it is
+    missing as well only confuses.
+    """
+    from runbook_runner.schema import schema
+
+    known = schema()["$defs"][kind].get("properties", {})
+    return any(key not in known for key in spec)
+
+
 def _suggest(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     if close:
@@ -136,7 +148,7 @@ class _Semantics:
             )
         if "where" in spec and none is None:
             self.error((*path, "where"), "'where' goes with 'none'")
-        if every is None and none is None and "expect" not in spec:
+        if every is None and none is None and "expect" not in spec and not _mistyped(spec, "check"):
             self.error(path, "a check needs 'expect' (or 'every'/'none' over a list observation)")
         for key in ("expect", "where"):
             if isinstance(spec.get(key), str):
@@ -235,7 +247,7 @@ class _Semantics:
                         f"step id {step_id!r} is already used by steps[{seen[step_id]}]",
                     )
                 seen.setdefault(step_id, i)
-            if "run" not in spec and "wait" not in spec:
+            if "run" not in spec and "wait" not in spec and not _mistyped(spec, "step"):
                 self.error(path, "a step needs 'run' (a command) or 'wait' (a state to wait for)")
             if spec.get("destructive") is True and "affects" not in spec:
                 self.error(
