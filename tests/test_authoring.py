@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO
 from runbook_runner.cli import build_parser, main
 from runbook_runner.docs_page import render_page
+from runbook_runner.drill import changes as drill_changes
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.observe import PARSERS
 from runbook_runner.runbook import RunbookInvalid, load
@@ -232,12 +233,22 @@ def test_the_state_file_maps_onto_the_simulated_host():
         ("df -h /dev/shm", "df"),
         ("df", "df"),
         ("cat /proc/meminfo", "meminfo"),
+        ("systemctl show -p ActiveState,MainPID nvidia-persistenced", "systemctl-show"),
+        ("systemctl show --property=LoadState dcgm-exporter", "systemctl-show"),
     ],
 )
-def test_simulated_df_and_meminfo_parse(command, parser):
+def test_simulated_df_meminfo_and_systemctl_show_parse(command, parser):
     status, text = shell_output(host_from_state({}), command)
     assert status == 0
     assert PARSERS[parser].parse(text, status, command)
+
+
+def test_simulated_systemctl_show_follows_the_services_and_changes_nothing():
+    host = host_from_state({"services": [{"name": "nvidia-persistenced", "active": False}]})
+    _, text = shell_output(host, "systemctl show -p ActiveState,LoadState nvidia-persistenced")
+    unit = PARSERS["systemctl-show"].parse(text, 0, "systemctl show")
+    assert (unit.active_state, unit.load_state) == ("inactive", "loaded")
+    assert drill_changes([["systemctl", "show", "-p", "ActiveState", "x"]]) == []
 
 
 # -- the parser reference ---------------------------------------------------------------------

@@ -253,8 +253,52 @@ def fuser(env: Env, args: list[str]) -> int:
 # -- services, modules, power --------------------------------------------------------------
 
 
+def systemctl_show(env: Env, args: list[str]) -> int:
+    """systemctl show [-p PROP,...] UNIT...: Key=value lines, a blank line between units."""
+    wanted: list[str] = []
+    units: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in {"-p", "--property"} and i + 1 < len(args):
+            wanted += args[i + 1].split(",")
+            skip = True
+        elif arg.startswith("--property="):
+            wanted += arg.split("=", 1)[1].split(",")
+        elif arg.startswith("-p") and len(arg) > 2:
+            wanted += arg[2:].split(",")
+        elif not arg.startswith("-") and arg != "show":
+            units.append(arg)
+    blocks = []
+    for unit in units:
+        service = env.host.service(unit)
+        name = unit if "." in unit else f"{unit}.service"
+        active = service is not None and service.active
+        values = {
+            "Id": name,
+            "LoadState": "loaded" if service else "not-found",
+            "ActiveState": "active" if active else "inactive",
+            "SubState": "running" if active else "dead",
+            "UnitFileState": ("enabled" if service.enabled else "disabled") if service else "",
+            "Result": "success",
+            "MainPID": str(9000 + env.host.services.index(service) + 1)
+            if active and service
+            else "0",
+            "NRestarts": "0",
+            "ExecMainStatus": "0",
+            "MemoryCurrent": "1220608" if active else "[not set]",
+        }
+        keys = [k for k in values if not wanted or k in wanted]
+        blocks.append("".join(f"{k}={values[k]}\n" for k in keys))
+    env.out("\n".join(blocks))
+    return 0
+
+
 def systemctl(env: Env, args: list[str]) -> int:
     host = env.host
+    if "show" in args:
+        return systemctl_show(env, args)
     words = [a for a in args if not a.startswith("-")]
     quiet = "--quiet" in args or "-q" in args
     if words[:1] == ["reboot"]:
