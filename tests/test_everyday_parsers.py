@@ -191,10 +191,10 @@ def test_table_fields_are_named_from_the_header():
         "/",
     )
     assert zram.mountpoints is None  # an empty last cell
-    first = parse("table", "table/local-ps-eo.txt")[0]
-    assert first.pid == "1"
-    assert first.cpu == "0.2"
-    assert first.command == "process_api"
+    shell, sleep = parse("table", "table/local-ps-o.txt")
+    assert shell.stat == "Ss"
+    assert sleep.cpu == "0.0"
+    assert sleep.command == "sleep"
 
 
 @pytest.mark.parametrize("text", ["", "NAME NAME\nx y\n", "1 2 3\n4 5 6\n"])
