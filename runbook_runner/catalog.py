@@ -50,6 +50,8 @@ class Catalog:
         paths = self.paths()
         if name_or_path in paths:
             return paths[name_or_path]
+        if candidate.suffix in {".yaml", ".yml"} or "/" in name_or_path:
+            raise UnknownRunbook(f"{name_or_path}: the file does not exist")
         where = ", ".join(str(f) for f in self.folders)
         known = ", ".join(paths) or "none"
         raise UnknownRunbook(

@@ -19,17 +19,15 @@ from runbook_runner.runbook import RunbookInvalid, load
 
 EPILOG = f"""\
 examples:
-  runbook list
   runbook show gpu-node-health
   runbook check gpu-node-health --host 10.1.230.174
   runbook run gpu-oom-recovery --host root@10.1.230.174 --dry-run
-  runbook validate runbooks/my-new-runbook.yaml
+  runbook test gpu-oom-recovery --scenario stuck-d-state
 
 exit codes:
 {exitcodes.describe()}
 
-Runbooks are read from --runbooks DIR, else $RUNBOOK_PATH, else ./runbooks,
-else the set bundled with runbook-runner.
+Runbooks: --runbooks DIR, else $RUNBOOK_PATH, else ./runbooks, else the bundled set.
 """
 
 
@@ -57,11 +55,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         return ExitCode.BAD_INPUT
     print(render.runbook_list(runbooks))
     for name, count in broken:
-        _err(f"{name}: invalid ({count} errors); see 'runbook validate {name}'")
+        _err(f"{name}: invalid ({render.plural(count, 'error')}); see 'runbook validate {name}'")
     return ExitCode.BAD_INPUT if broken else ExitCode.OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.parsers:
+        from runbook_runner.observe import reference
+
+        print(reference.text(), end="")
+        return ExitCode.OK
+    if not args.runbook:
+        raise UsageError("show needs a runbook NAME (or --parsers)", "runbook show")
     print(render.runbook_details(cli_host.load_named(args)))
     return ExitCode.OK
 
@@ -98,11 +103,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(line)
             continue
         if not args.quiet:
-            print(f"{runbook.path}: ok ({len(runbook.steps)} steps)")
+            print(f"{runbook.path}: ok ({render.plural(len(runbook.steps), 'step')})")
     if invalid:
-        _err(f"{invalid} of {len(targets)} runbooks invalid, {errors} errors")
+        _err(
+            f"{invalid} of {render.plural(len(targets), 'runbook')} invalid, "
+            f"{render.plural(errors, 'error')}"
+        )
         return ExitCode.BAD_INPUT
-    _err(f"{len(targets)} runbook{'s' if len(targets) != 1 else ''} valid")
+    _err(f"{render.plural(len(targets), 'runbook')} valid")
     return ExitCode.OK
 
 
@@ -189,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=help_text,
-            epilog=f"example:\n  {example}\n\nexit codes:\n{exitcodes.describe()}",
+            # The exit codes are listed once, in 'runbook --help'.
+            epilog=f"example:\n  {example}\n\nexit codes: see 'runbook --help'",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.add_argument("--runbooks", metavar="DIR", help="folder of runbook YAML files")
@@ -203,7 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
         "show a runbook: steps, commands, checks, parameters",
         "runbook show gpu-node-health",
     )
-    show.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+    show.add_argument(
+        "runbook", metavar="NAME", nargs="?", help="runbook name, or a path to its YAML file"
+    )
+    show.add_argument(
+        "--parsers", action="store_true", help="every parser and the fields it yields instead"
+    )
     validate = add(
         "validate",
         cmd_validate,
@@ -288,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     drill = add(
         "drill",
         cli_host.cmd_drill,
-        "practise a runbook on a simulated crashed GPU server, over SSH",
+        "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
@@ -299,7 +313,97 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_consent_options(drill)
     _add_value_options(drill)
+    new = add(
+        "new",
+        cmd_new,
+        "write a runbook skeleton that validates, linked to a docs page",
+        "runbook new tmp-free-space --docs pitfalls/host-memory-after-kill.md",
+    )
+    new.add_argument("name", metavar="NAME", help="lower-case kebab-case, e.g. tmp-free-space")
+    new.add_argument(
+        "--docs", metavar="PAGE", help="the docs page it belongs to (asked if omitted)"
+    )
+    test = add(
+        "test",
+        cli_host.cmd_test,
+        "run a runbook on a simulated host in a given state",
+        "runbook test gpu-oom-recovery --scenario stuck-d-state",
+    )
+    test.add_argument("runbook", metavar="FILE", help="a runbook's YAML file, or its name")
+    given = test.add_mutually_exclusive_group()
+    given.add_argument("--scenario", help="a drill scenario: " + ", ".join(_scenarios()))
+    given.add_argument(
+        "--state", metavar="STATE.yaml", help="a YAML file describing the host (see the README)"
+    )
+    test.add_argument(
+        "--allow-reboot", action="store_true", help="let a step that reboots the simulated host run"
+    )
+    _add_value_options(test)
     return parser
+
+
+def _scenarios() -> list[str]:
+    from runbook_runner.simhost.scenarios import SCENARIOS  # no paramiko: model and text only
+
+    return list(SCENARIOS)
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    """Write runbooks/NAME.yaml, link it from a docs page, and say what to run next."""
+    import os
+
+    from runbook_runner import authoring
+    from runbook_runner.catalog import search_path
+
+    try:
+        authoring.check_name(args.name)
+    except authoring.AuthoringError as error:
+        raise UsageError(str(error), "runbook new") from None
+    folder = (
+        search_path(args.runbooks, os.environ)[0]
+        if args.runbooks or os.environ.get("RUNBOOK_PATH")
+        else Path("runbooks")
+    )
+    target = folder / f"{args.name}.yaml"
+    if target.exists():
+        raise UsageError(f"{target} already exists; edit it, or pick another name", "runbook new")
+    docs = folder.parent / "docs"
+    pages = authoring.docs_pages(docs)
+    page = args.docs or _ask_page(pages)
+    if pages and page not in pages:
+        raise UsageError(
+            f"--docs {page}: no such page under {docs} (pages: {', '.join(pages)})", "runbook new"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(target, "x", encoding="utf-8") as handle:  # "x": never overwrite
+        handle.write(authoring.skeleton(args.name, page))
+    print(f"wrote {target}")
+    if pages:
+        title = args.name.replace("-", " ").capitalize()
+        with open(docs / page, "a", encoding="utf-8") as handle:
+            handle.write(authoring.docs_link(page, args.name, title))
+        print(f"linked it from {docs / page}")
+    print("next:")
+    print(f"  runbook validate {target}")
+    print(f"  runbook show {target}")
+    print(f"  runbook test {target} --state STATE.yaml   # or --scenario oom-crash")
+    return ExitCode.OK
+
+
+def _ask_page(pages: list[str]) -> str:
+    if not pages:
+        raise UsageError("no docs pages found: give --docs PAGE", "runbook new")
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"which docs page does it belong to? give --docs PAGE (pages: {', '.join(pages)})",
+            "runbook new",
+        )
+    for number, page in enumerate(pages, start=1):
+        print(f"  {number}. {page}")
+    answer = input("Docs page it belongs to (number): ").strip()
+    if not answer.isdigit() or not 1 <= int(answer) <= len(pages):
+        raise UsageError(f"{answer!r} is not one of the numbers above", "runbook new")
+    return pages[int(answer) - 1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except journal_module.JournalError as error:
         _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
-    except (UnknownRunbook, ParameterError) as error:
+    except (UnknownRunbook, ParameterError, cli_host.StateFileInvalid) as error:
         _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
     except TransportError as error:

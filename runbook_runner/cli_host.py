@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from runbook_runner import __version__, console, render
 from runbook_runner import journal as journal_module
 from runbook_runner.catalog import Catalog, search_path
-from runbook_runner.errors import UsageError
+from runbook_runner.errors import RunbookRunnerError, UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLock
 from runbook_runner.parameters import resolve_parameters
@@ -244,6 +244,19 @@ def _open_journal(
     return journal, run_id
 
 
+def _latest_run(run: str, folder: Path) -> Path:
+    """A run by id, path or prefix; of several runs with that prefix, the latest, with a note."""
+    candidate = Path(run)
+    matches = sorted(folder.glob(f"{run}*.jsonl")) if folder.is_dir() and "/" not in run else []
+    if len(matches) > 1 and not (candidate.suffix == ".jsonl" and candidate.is_file()):
+        print(
+            f"{run!r} matches {len(matches)} runs; showing the latest, {matches[-1].stem}",
+            file=sys.stderr,
+        )
+        return matches[-1]
+    return journal_module.find(run, folder)
+
+
 def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, str | None]:
     """The journal to continue and the first step that did not finish there."""
     path = journal_module.find(args.resume, _journal_folder())
@@ -268,7 +281,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.action == "show":
         if not args.run:
             raise UsageError("runs show needs a RUN id (see 'runbook runs')", "runbook runs")
-        journal = journal_module.read(journal_module.find(args.run, folder))
+        journal = journal_module.read(_latest_run(args.run, folder))
         for problem in journal.problems:
             print(problem, file=sys.stderr)
         rows = journal_module.timeline(journal)
@@ -331,22 +344,55 @@ def cmd_postmortem(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+class StateFileInvalid(RunbookRunnerError):
+    """A ``runbook test --state`` file that cannot be read or describes no host."""
+
+
 def cmd_drill(args: argparse.Namespace) -> int:
-    from runbook_runner import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
     if args.scenario not in SCENARIOS:
         raise UsageError(
             f"--scenario {args.scenario}: no such scenario (scenarios: {', '.join(SCENARIOS)})",
-            "runbook drill",
+            f"runbook {args.command}",
         )
     load_named(args)  # a bad runbook name fails before anything starts
-    drill = drills.start(args.scenario)
+    return _simulate(args, "Test" if args.command == "test" else "Drill", None)
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's."""
+    from runbook_runner.simhost.statefile import StateFileError, host_from_state
+
+    args.yes = True  # the host is simulated: nothing to ask about
+    load_named(args)
+    if args.state is None:
+        args.scenario = args.scenario or "oom-crash"
+        return cmd_drill(args)
+    try:
+        import yaml
+
+        data = yaml.safe_load(Path(args.state).read_text(encoding="utf-8"))
+        host = host_from_state(data)
+    except OSError as error:
+        raise StateFileInvalid(f"--state {args.state}: {error.strerror}") from None
+    except (yaml.YAMLError, StateFileError) as error:
+        raise StateFileInvalid(f"--state {args.state}: {error}") from None
+    args.scenario = Path(args.state).name
+    return _simulate(args, "Test", host)
+
+
+def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
+    from runbook_runner import drill as drills
+
+    drill = drills.start(args.scenario, state)
     out = console.Output(args.json)
     try:
-        out.line(out.style(f"Drill: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
+        out.line(out.style(f"{label}: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
+        model = drill.host.host
         out.line(
-            f"A simulated 8 x RTX PRO 6000 server with 449 GiB of RAM answers over SSH on "
+            f"A simulated server with {len(model.gpus)} GPUs and "
+            f"{model.memory_total_bytes / 1024**3:,.0f} GiB of RAM answers over SSH on "
             f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
         )
         started = drill.host.clock.now()

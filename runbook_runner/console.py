@@ -203,7 +203,7 @@ def debrief(out: Output, report: RunReport | None, changes: list[str], simulated
     style = out.style
     out.line("")
     out.line(style("Debrief", "bold"))
-    out.line("  Rungs:")
+    out.line("  Rungs:" if report.steps else "  Rungs: none ran")
     for record in report.steps:
         note = (
             f"  ({record.message})" if record.status in {"failed", "timed_out", "declined"} else ""
@@ -212,7 +212,9 @@ def debrief(out: Output, report: RunReport | None, changes: list[str], simulated
     out.line("  What changed on the host:")
     for change in changes or ["nothing"]:
         out.line(f"    $ {change}")
-    if report.ok:
+    if report.ok and report.reached_by is None:
+        out.line(style("  The goal held already: no rung was needed.", "green", "bold"))
+    elif report.ok:
         out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
     else:
         out.line(style("  No rung reached the goal.", "red", "bold"))

@@ -6,7 +6,26 @@ time, so the page and the YAML can never drift apart.
 
 from __future__ import annotations
 
-from runbook_runner.runbook import Expression, Runbook, Seconds, Step
+import re
+
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step, seconds_text
+
+# A word holding a backslash, outside a code span: Markdown would eat the backslash
+# (vllm\.entrypoints -> vllm.entrypoints), so it goes into a code span, where it stays.
+_CODE_OR_BACKSLASH_WORD = re.compile(r"(`+)(.+?)\1|([^\s`]*\\[^\s`]*)")
+
+
+def prose(text: str) -> str:
+    """Free text from a runbook, on one line, with backslashes kept."""
+
+    def keep(match: re.Match[str]) -> str:
+        if match.group(3) is None:
+            return match.group(0)  # already a code span
+        word = match.group(3)
+        return f"`` {word} ``" if "`" in word else f"`{word}`"
+
+    return _CODE_OR_BACKSLASH_WORD.sub(keep, " ".join(text.split()))
+
 
 _AFFECTS = {
     "process": "the server's processes (or the ones named)",
@@ -53,7 +72,7 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     else:
         lines += ['!!! note "Read-only"', "    Changes nothing on the host.", ""]
     if step.why:
-        lines += [" ".join(step.why.split()), ""]
+        lines += [prose(step.why), ""]
     if step.run:
         lines += [_fence(step.run.source), ""]
     facts = []
@@ -105,9 +124,9 @@ def render_page(runbook: Runbook, source: str) -> str:
         f"# {runbook.title}",
         "",
         '!!! abstract "When to use it"',
-        f"    {' '.join(runbook.when.split()) or 'See the summary below.'}",
+        f"    {prose(runbook.when) or 'See the summary below.'}",
         "",
-        " ".join(runbook.summary.split()),
+        prose(runbook.summary),
         "",
         "| | |",
         "|---|---|",
@@ -176,7 +195,7 @@ def render_page(runbook: Runbook, source: str) -> str:
             if p.max is not None:
                 bounds.append(f"≤ {p.max:g}")
             extra = f" ({', '.join(bounds)})" if bounds else ""
-            description = " ".join(p.description.split()).replace("|", "\\|")
+            description = prose(p.description).replace("|", "\\|")
             out.append(f"| `{p.name}` | {p.type}{extra} | {default} | {description} |")
     if runbook.steps:
         out += ["", "## Steps", ""]
@@ -204,5 +223,7 @@ def _check_line(runbook: Runbook, name: str) -> str:
         rule = f"no `{check.none}`" + (f" where `{check.where.source}`" if check.where else "")
     else:
         rule = f"`{' '.join(check.expect.source.split()) if check.expect else ''}`"
-    hint = f" *What to do when it fails:* {check.hint}" if check.hint else ""
-    return f'- <span id="check-{name}"></span>**`{name}`**: {check.description} — {rule}.{hint}'
+    hint = f" *What to do when it fails:* {prose(check.hint)}" if check.hint else ""
+    return (
+        f'- <span id="check-{name}"></span>**`{name}`**: {prose(check.description)} — {rule}.{hint}'
+    )

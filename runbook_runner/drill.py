@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbook_runner.simhost.model import SimHost
 from runbook_runner.simhost.scenarios import SCENARIOS, Scenario
 from runbook_runner.simhost.sshserver import DrillHost
 
@@ -38,8 +39,12 @@ class Drill:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(scenario_name: str) -> Drill:
-    scenario = SCENARIOS[scenario_name]
+def start(scenario_name: str, state: SimHost | None = None) -> Drill:
+    """A scenario's host, or (``runbook test --state``) the host a state file describes."""
+    if state is not None:
+        scenario = Scenario(scenario_name, "the host your state file describes", lambda: state)
+    else:
+        scenario = SCENARIOS[scenario_name]
     host = DrillHost(scenario.build()).start()
     folder = Path(tempfile.mkdtemp(prefix="runbook-drill-"))
     drill = Drill(scenario, host, folder)
@@ -62,7 +67,7 @@ def changes(calls: list[list[str]]) -> list[str]:
             continue
         if name == "nvidia-smi" and not {"--gpu-reset", "-r", "-pm"} & set(args):
             continue
-        if name == "systemctl" and args[:1] in (["is-active"], ["is-enabled"]):
+        if name == "systemctl" and args[:1] in (["is-active"], ["is-enabled"], ["show"]):
             continue
         if name == "fuser" and "-k" not in args:
             continue

@@ -14,7 +14,7 @@ from typing import Any
 
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import Unavailable, field_label, field_names
+from runbook_runner.observe.state import Unavailable, field_label, field_names, has_field
 from runbook_runner.runbook import Check, Expression, Runbook
 
 State = Mapping[str, Any]  # observation name -> record, tuple of records, or Unavailable
@@ -81,6 +81,8 @@ class _Context:
     def resolve(self, name: str) -> Any:
         if self.item is not None and name in field_names(type(self.item)):
             return getattr(self.item, name)
+        if self.item is not None and _own_column(self.runbook, self.item, name):
+            return getattr(self.item, name)
         head, _, field = name.partition(".")
         if field:
             return getattr(self.observed(head), field)
@@ -111,6 +113,12 @@ class _Context:
                     return PARSERS[observation.parser].tool
         named = self.runbook.observations.get(head)
         return PARSERS[named.parser].tool if named else "the host"
+
+
+def _own_column(runbook: Runbook, item: Any, name: str) -> bool:
+    """A bare name that is a field an open record took from the output (a table column)."""
+    taken = name in runbook.parameters or name in runbook.let or name in runbook.observations
+    return not taken and has_field(type(item), name)
 
 
 @dataclass(frozen=True)

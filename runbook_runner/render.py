@@ -48,6 +48,20 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 error``, ``2 errors``, ``0 steps``."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def value_text(value: Any) -> str:
+    """A parameter value as the user wrote it: no quotes doubled, no backslashes doubled."""
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
 def kind_of(runbook: Runbook) -> str:
     return f"destructive ({runbook.blast_radius})" if runbook.destructive else "read-only"
 
@@ -112,7 +126,12 @@ def runbook_details(runbook: Runbook) -> str:
                 bounds.append(f"<= {p.max:g}")
             if p.choices:
                 bounds.append("one of " + ", ".join(map(str, p.choices)))
-            default = "required" if p.required else f"default {p.default!r}"
+            if p.required:
+                default = "required"
+            elif p.default is None:
+                default = "optional, no default"
+            else:
+                default = f"default {value_text(p.default)}"
             extra = f"; {', '.join(bounds)}" if bounds else ""
             out.append(f"  {p.name} ({p.type}, {default}{extra})")
             out.append(_wrap(p.description, "      "))
@@ -131,7 +150,10 @@ def runbook_details(runbook: Runbook) -> str:
             rule = c.expect.source if c.expect else ""
         out.append(f" {mark}{c.name}: {c.description}")
         out.append(f"      {rule}")
-    out += ["", "Steps:"]
+    if runbook.steps:
+        out += ["", "Steps:"]
+    else:
+        out += ["", "Steps: none (a read-only check)"]
     for number, step in enumerate(runbook.steps, start=1):
         out.append(f"  {number}. {step.id}: {step.title}")
         out.append(f"     [{_step_flags(step, runbook.goal)}]")

@@ -68,8 +68,27 @@ def validate(source: Source) -> list[Problem]:
     from jsonschema import Draft202012Validator  # imported here: it is slow to import
 
     validator = Draft202012Validator(schema())
+    errors = list(validator.iter_errors(source.data))
+    # A mapping with a mistyped key: "expected either 'command' or 'text'", or "missing
+    # required key 'title'" when the typo is 'titel', only confuse next to the message on
+    # the key itself ("did you mean 'command'?"). The typo is the one thing to fix.
+    typos: dict[Path, set[str]] = {}
+    for error in errors:
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            known = sorted(error.schema.get("properties", {}))
+            meant = typos.setdefault(tuple(error.absolute_path), set())
+            for key in error.instance:
+                if key not in known:
+                    meant.update(difflib.get_close_matches(str(key), known, n=1) or ["?"])
     problems: list[Problem] = []
-    for error in validator.iter_errors(source.data):
+    for error in errors:
+        path = tuple(error.absolute_path)
+        if path in typos and error.validator in {"anyOf", "oneOf"}:
+            continue
+        if path in typos and error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else ""
+            if missing in typos[path]:
+                continue
         problems.extend(_problems_for(error, source))
     return problems
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import field_names
+from runbook_runner.observe.state import field_names, has_field
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
 
@@ -31,6 +31,18 @@ def check_meaning(source: Source, stem: str | None) -> list[Problem]:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _mistyped(spec: dict[str, Any], kind: str) -> bool:
+    """Whether a mapping has a key the schema does not know: reported there ("did you mean").
+
+    A missing 'expect' or 'run' is then most likely that key, mistyped; saying it is
+    missing as well only confuses.
+    """
+    from runbook_runner.schema import schema
+
+    known = schema()["$defs"][kind].get("properties", {})
+    return any(key not in known for key in spec)
 
 
 def _suggest(name: str, known: list[str]) -> str:
@@ -136,7 +148,7 @@ class _Semantics:
             )
         if "where" in spec and none is None:
             self.error((*path, "where"), "'where' goes with 'none'")
-        if every is None and none is None and "expect" not in spec:
+        if every is None and none is None and "expect" not in spec and not _mistyped(spec, "check"):
             self.error(path, "a check needs 'expect' (or 'every'/'none' over a list observation)")
         for key in ("expect", "where"):
             if isinstance(spec.get(key), str):
@@ -174,7 +186,7 @@ class _Semantics:
             lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
             return f"{head!r} is not a list observation{_suggest(head, lists)}"
         fields = list(field_names(PARSERS[spec["parser"]].record_type))
-        if field not in fields:
+        if not has_field(PARSERS[spec["parser"]].record_type, field):
             return f"{head!r} items have no field {field!r}{_suggest(field, fields)}"
         return None
 
@@ -188,6 +200,8 @@ class _Semantics:
                 return None
             if name in self.parameters or name in self.observations or name in self.lets:
                 return None
+            if item_type is not None and has_field(item_type, name):
+                return None  # a field an open record takes from the output (a table's column)
             fields = list(field_names(item_type)) if item_type else []
             known = list(self.parameters) + self.lets + fields
             return f"unknown name {name!r}{_suggest(name, known)}"
@@ -197,7 +211,7 @@ class _Semantics:
         if parser.is_list:
             return f"{head!r} is a list: use 'every'/'none' on it, or count({head})"
         fields = list(field_names(parser.record_type))
-        if field not in fields:
+        if not has_field(parser.record_type, field):
             return f"{head!r} has no field {field!r}{_suggest(field, fields)}"
         return None
 
@@ -233,7 +247,7 @@ class _Semantics:
                         f"step id {step_id!r} is already used by steps[{seen[step_id]}]",
                     )
                 seen.setdefault(step_id, i)
-            if "run" not in spec and "wait" not in spec:
+            if "run" not in spec and "wait" not in spec and not _mistyped(spec, "step"):
                 self.error(path, "a step needs 'run' (a command) or 'wait' (a state to wait for)")
             if spec.get("destructive") is True and "affects" not in spec:
                 self.error(
@@ -312,7 +326,7 @@ class _Semantics:
                     self.error(
                         path, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset
                     )
-                elif field not in field_names(item_type):
+                elif not has_field(item_type, field):
                     fields = list(field_names(item_type))
                     self.error(
                         path,

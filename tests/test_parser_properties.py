@@ -21,8 +21,17 @@ COMMANDS = {
     "free-h": "free -h",
     "processes": "ps -eo pid,stat,args",
     "lines": "dmesg",
+    "df": "df -B1 --output=target,avail /tmp",
+    "df-h": "df -h",
+    "meminfo": "cat /proc/meminfo",
+    "systemctl-show": "systemctl show -p ActiveState nvidia-persistenced",
+    "number": "nproc",
+    "table": "lsblk",
 }
-PARSER_OF = {key: key.split("-noheader")[0].replace("free-h", "free") for key in COMMANDS}
+PARSER_OF = {
+    key: key.split("-noheader")[0].replace("free-h", "free").replace("df-h", "df")
+    for key in COMMANDS
+}
 
 # Text built from the pieces real output is made of, so that the parsers get past
 # their first line often enough to be exercised.

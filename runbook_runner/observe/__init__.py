@@ -10,14 +10,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe import free, nvidia_smi, ps, sglang, vllm
+from runbook_runner.observe import (
+    df,
+    free,
+    meminfo,
+    number,
+    nvidia_smi,
+    ps,
+    sglang,
+    systemd,
+    table,
+    vllm,
+)
 from runbook_runner.observe.state import (
+    Filesystem,
     Gpu,
     GpuProcess,
     HostProcess,
     LaunchConfig,
+    MemInfo,
     Memory,
+    Number,
+    TableRow,
     TextLine,
+    UnitProperties,
     VllmLaunchConfig,
 )
 
@@ -61,6 +77,26 @@ def _lines(text: str, status: int, command: str) -> Any:
     return tuple(TextLine(line.rstrip("\r")) for line in text.split("\n") if line.strip())
 
 
+def _df(text: str, status: int, command: str) -> Any:
+    return df.parse_df(text, command)
+
+
+def _meminfo(text: str, status: int, command: str) -> Any:
+    return meminfo.parse_meminfo(text)
+
+
+def _systemctl_show(text: str, status: int, command: str) -> Any:
+    return systemd.parse_show(text)
+
+
+def _number(text: str, status: int, command: str) -> Any:
+    return number.parse_number(text)
+
+
+def _table(text: str, status: int, command: str) -> Any:
+    return table.parse_table(text)
+
+
 PARSERS: dict[str, Parser] = {
     "gpus": Parser(Gpu, True, _gpus, "nvidia-smi --query-gpu=... --format=csv", "nvidia-smi"),
     "gpu-processes": Parser(
@@ -80,5 +116,34 @@ PARSERS: dict[str, Parser] = {
     ),
     "vllm-launch": Parser(
         VllmLaunchConfig, False, _vllm_launch, "a vllm serve command line", "the launch command"
+    ),
+    "df": Parser(
+        Filesystem,
+        True,
+        _df,
+        "df -B1 --output=..., df -P, df [-h]: one item per filesystem, sizes in bytes",
+        "df",
+    ),
+    "meminfo": Parser(
+        MemInfo,
+        False,
+        _meminfo,
+        "cat /proc/meminfo, or any 'Key: value [unit]' file: sizes in bytes",
+        "the file",
+    ),
+    "systemctl-show": Parser(
+        UnitProperties,
+        False,
+        _systemctl_show,
+        "systemctl show -p Prop,... UNIT: Key=value lines of one unit",
+        "systemctl",
+    ),
+    "number": Parser(Number, False, _number, "a number alone on one line", "the command"),
+    "table": Parser(
+        TableRow,
+        True,
+        _table,
+        "a whitespace table with a header line (lsblk, ps -o ...): one item per row",
+        "the command",
     ),
 }

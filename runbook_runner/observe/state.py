@@ -7,12 +7,43 @@ label and unit that check messages use (``memory.used 96,413 MiB``).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 def _f(label: str, unit: str = "") -> Any:
     return field(default=None, metadata={"label": label, "unit": unit})
+
+
+def _extra() -> Any:
+    # The values of an open record beyond its declared fields: not a field of its own.
+    return field(default=(), metadata={"hidden": True}, repr=False)
+
+
+_OPEN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class _Open:
+    """A record whose fields also come from the output (a table's header, a file's keys).
+
+    ``open_fields`` is the type of every field beyond the declared ones; they are looked up
+    in ``extra`` and are ``None`` when the host did not print them.
+    """
+
+    open_fields: ClassVar[str] = "str | None"
+    extra: tuple[tuple[str, Any], ...]
+
+    def __getattr__(self, name: str) -> Any:
+        if not _OPEN_NAME.match(name) or name == "extra":
+            raise AttributeError(name)
+        for key, value in self.extra:
+            if key == name:
+                return value
+        return None
+
+    def has(self, name: str) -> bool:
+        return name in field_names(type(self)) or any(key == name for key, _ in self.extra)
 
 
 @dataclass(frozen=True)
@@ -106,6 +137,116 @@ class LaunchConfig:
 
 
 @dataclass(frozen=True)
+class Filesystem:
+    """One filesystem as ``df`` reports it (``-B1 --output=...`` or POSIX ``-P``), sizes in bytes."""
+
+    filesystem: str | None = _f("Filesystem")
+    fstype: str | None = _f("Type")
+    size_bytes: int | None = _f("size", "bytes")
+    used_bytes: int | None = _f("Used", "bytes")
+    available_bytes: int | None = _f("Avail", "bytes")
+    use_pct: int | None = _f("Use%", "%")
+    inodes: int | None = _f("Inodes")
+    inodes_used: int | None = _f("IUsed")
+    inodes_free: int | None = _f("IFree")
+    inodes_use_pct: int | None = _f("IUse%", "%")
+    file: str | None = _f("File")
+    mounted_on: str | None = _f("Mounted on")
+
+    def describe(self) -> str:
+        return f"filesystem {self.mounted_on or self.file or self.filesystem or '?'}"
+
+
+@dataclass(frozen=True)
+class MemInfo(_Open):
+    """``/proc/meminfo`` (or any ``Key: value [unit]`` file): sizes in bytes.
+
+    Every key becomes a field by one rule: CamelCase to snake_case, ``_bytes`` added when
+    the value carries a size unit (``MemAvailable: 123 kB`` -> ``mem_available_bytes``,
+    ``HugePages_Free: 0`` -> ``huge_pages_free``). The usual keys are declared below;
+    other keys follow the same rule, typed ``int | str | None``.
+    """
+
+    open_fields: ClassVar[str] = "int | str | None"
+
+    mem_total_bytes: int | None = _f("MemTotal", "bytes")
+    mem_free_bytes: int | None = _f("MemFree", "bytes")
+    mem_available_bytes: int | None = _f("MemAvailable", "bytes")
+    buffers_bytes: int | None = _f("Buffers", "bytes")
+    cached_bytes: int | None = _f("Cached", "bytes")
+    swap_cached_bytes: int | None = _f("SwapCached", "bytes")
+    swap_total_bytes: int | None = _f("SwapTotal", "bytes")
+    swap_free_bytes: int | None = _f("SwapFree", "bytes")
+    dirty_bytes: int | None = _f("Dirty", "bytes")
+    shmem_bytes: int | None = _f("Shmem", "bytes")
+    sreclaimable_bytes: int | None = _f("SReclaimable", "bytes")
+    mlocked_bytes: int | None = _f("Mlocked", "bytes")
+    unevictable_bytes: int | None = _f("Unevictable", "bytes")
+    committed_as_bytes: int | None = _f("Committed_AS", "bytes")
+    huge_pages_total: int | None = _f("HugePages_Total")
+    huge_pages_free: int | None = _f("HugePages_Free")
+    hugepagesize_bytes: int | None = _f("Hugepagesize", "bytes")
+    vm_rss_bytes: int | None = _f("VmRSS", "bytes")
+    vm_hwm_bytes: int | None = _f("VmHWM", "bytes")
+    extra: tuple[tuple[str, int | str], ...] = _extra()
+
+    def describe(self) -> str:
+        return "meminfo"
+
+
+@dataclass(frozen=True)
+class UnitProperties(_Open):
+    """One unit as ``systemctl show -p ...`` prints it (``Key=value`` lines).
+
+    Properties become fields by the same rule as meminfo (``ActiveState`` -> ``active_state``);
+    the common ones are typed below, any other is ``str | None``. ``[not set]`` and empty
+    values are ``None``.
+    """
+
+    id: str | None = _f("Id")
+    load_state: str | None = _f("LoadState")
+    active_state: str | None = _f("ActiveState")
+    sub_state: str | None = _f("SubState")
+    unit_file_state: str | None = _f("UnitFileState")
+    result: str | None = _f("Result")
+    main_pid: int | None = _f("MainPID")
+    nrestarts: int | None = _f("NRestarts")
+    exec_main_status: int | None = _f("ExecMainStatus")
+    memory_current_bytes: int | None = _f("MemoryCurrent", "bytes")
+    active_enter_timestamp: str | None = _f("ActiveEnterTimestamp")
+    extra: tuple[tuple[str, str], ...] = _extra()
+
+    def describe(self) -> str:
+        return f"unit {self.id or '?'}"
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number printed on a line of its own (``nproc``, ``cat /proc/sys/...``, ``wc -l``)."""
+
+    value: int | float | None = _f("value")
+    unit: str | None = _f("unit")  # a word after the number, as printed ("42 MiB" -> "MiB")
+
+    def describe(self) -> str:
+        return "the number"
+
+
+@dataclass(frozen=True)
+class TableRow(_Open):
+    """One row of a whitespace table with a header line (``lsblk``, ``ps -o ...``, ``ss``).
+
+    Fields are named from the header (``MOUNTPOINTS`` -> ``mountpoints``, ``%CPU`` -> ``cpu``,
+    ``MAJ:MIN`` -> ``maj_min``); every value is text (``str | None``; ``None`` where the
+    row has no value in that column), so compare with strings: ``type == 'disk'``.
+    """
+
+    extra: tuple[tuple[str, str], ...] = _extra()
+
+    def describe(self) -> str:
+        return "row " + " ".join(value for _, value in self.extra)[:80]
+
+
+@dataclass(frozen=True)
 class Unavailable:
     """An observation that produced no state: the command or its parser failed."""
 
@@ -129,11 +270,44 @@ class VllmLaunchConfig:
         return "the launch command"
 
 
-Record = Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig | VllmLaunchConfig
+Record = (
+    Gpu
+    | GpuProcess
+    | Memory
+    | HostProcess
+    | TextLine
+    | LaunchConfig
+    | Filesystem
+    | MemInfo
+    | UnitProperties
+    | Number
+    | TableRow
+    | VllmLaunchConfig
+)
 
 
 def field_names(record_type: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(record_type))
+    """The declared fields of a record (an open record has more: see :func:`open_type`)."""
+    return tuple(f.name for f in dataclasses.fields(record_type) if not f.metadata.get("hidden"))
+
+
+def open_type(record_type: type) -> str | None:
+    """The type of the fields an open record takes from the output, ``None`` if closed."""
+    return getattr(record_type, "open_fields", None) if issubclass(record_type, _Open) else None
+
+
+def has_field(record_type: type, name: str) -> bool:
+    """Whether an expression may read ``name`` on this record (any name, on an open one)."""
+    return name in field_names(record_type) or (
+        open_type(record_type) is not None and bool(_OPEN_NAME.match(name))
+    )
+
+
+def snake(key: str) -> str:
+    """A host's key as a field name: ``MemAvailable`` -> ``mem_available``, ``%CPU`` -> ``cpu``."""
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    return text if text and text[0].isalpha() else f"c_{text}" if text else ""
 
 
 def field_label(record_type: type, name: str) -> tuple[str, str]:

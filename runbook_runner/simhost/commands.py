@@ -124,6 +124,51 @@ def free(env: Env, args: list[str]) -> int:
     return 0
 
 
+def df(env: Env, args: list[str]) -> int:
+    """df [-P] [-h] [-B1|-k|-BSIZE] [--output=FIELDS] [PATH...] over the model's filesystems."""
+    output = option(args, "--output")
+    block, human, posix, paths = 1024, False, False, []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == "-B" and i + 1 < len(args):
+            block, skip = _block(args[i + 1]), True
+        elif arg.startswith("-B") or arg.startswith("--block-size="):
+            block = _block(arg.split("=", 1)[1] if "=" in arg else arg[2:])
+        elif arg.startswith("--output"):
+            continue
+        elif arg in {"-P", "--portability"}:
+            posix = True
+        elif arg in {"-h", "--human-readable"}:
+            human = True
+        elif arg == "-k":
+            block = 1024
+        elif arg.startswith("-"):
+            env.err(f"df: option {arg!r} is not simulated\n")
+            return 1
+        else:
+            paths.append(arg)
+    fields = output.split(",") if output else None
+    if fields and any(f not in render.DF_FIELDS for f in fields):
+        env.err(
+            f"df: option --output: field {next(f for f in fields if f not in render.DF_FIELDS)!r} unknown\n"
+        )
+        return 1
+    text, errors = render.df(env.host, paths, fields, block, human, posix)
+    env.out(text)
+    for error in errors:
+        env.err(error)
+    return 1 if errors else 0
+
+
+def _block(size: str) -> int:
+    units = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+    number = size.rstrip("KMG")
+    return int(number or "1") * units[size[len(number) :]]
+
+
 def dmesg(env: Env, args: list[str]) -> int:
     host = env.host
     env.out("".join(line + "\n" for line in host.kernel_messages))
@@ -208,8 +253,52 @@ def fuser(env: Env, args: list[str]) -> int:
 # -- services, modules, power --------------------------------------------------------------
 
 
+def systemctl_show(env: Env, args: list[str]) -> int:
+    """systemctl show [-p PROP,...] UNIT...: Key=value lines, a blank line between units."""
+    wanted: list[str] = []
+    units: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in {"-p", "--property"} and i + 1 < len(args):
+            wanted += args[i + 1].split(",")
+            skip = True
+        elif arg.startswith("--property="):
+            wanted += arg.split("=", 1)[1].split(",")
+        elif arg.startswith("-p") and len(arg) > 2:
+            wanted += arg[2:].split(",")
+        elif not arg.startswith("-") and arg != "show":
+            units.append(arg)
+    blocks = []
+    for unit in units:
+        service = env.host.service(unit)
+        name = unit if "." in unit else f"{unit}.service"
+        active = service is not None and service.active
+        values = {
+            "Id": name,
+            "LoadState": "loaded" if service else "not-found",
+            "ActiveState": "active" if active else "inactive",
+            "SubState": "running" if active else "dead",
+            "UnitFileState": ("enabled" if service.enabled else "disabled") if service else "",
+            "Result": "success",
+            "MainPID": str(9000 + env.host.services.index(service) + 1)
+            if active and service
+            else "0",
+            "NRestarts": "0",
+            "ExecMainStatus": "0",
+            "MemoryCurrent": "1220608" if active else "[not set]",
+        }
+        keys = [k for k in values if not wanted or k in wanted]
+        blocks.append("".join(f"{k}={values[k]}\n" for k in keys))
+    env.out("\n".join(blocks))
+    return 0
+
+
 def systemctl(env: Env, args: list[str]) -> int:
     host = env.host
+    if "show" in args:
+        return systemctl_show(env, args)
     words = [a for a in args if not a.startswith("-")]
     quiet = "--quiet" in args or "-q" in args
     if words[:1] == ["reboot"]:
@@ -295,6 +384,7 @@ COMMANDS: dict[str, Command] = {
     "nvidia-smi": nvidia_smi,
     "free": free,
     "dmesg": dmesg,
+    "df": df,
     "pkill": pkill,
     "pgrep": pgrep,
     "fuser": fuser,

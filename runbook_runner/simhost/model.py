@@ -55,6 +55,28 @@ class SimService:
 
 
 @dataclass
+class SimFilesystem:
+    """A mounted filesystem, as df reports it."""
+
+    mounted_on: str
+    size_bytes: int
+    used_bytes: int = 0
+    filesystem: str = "/dev/nvme0n1p2"
+    fstype: str = "ext4"
+
+    @property
+    def available_bytes(self) -> int:
+        return max(0, self.size_bytes - self.used_bytes)
+
+
+def _filesystems() -> list[SimFilesystem]:
+    return [
+        SimFilesystem("/", 1_920_383_410_176, 412 * GIB),
+        SimFilesystem("/dev/shm", 224 * GIB + 512 * 1024**2, 0, "tmpfs", "tmpfs"),  # noqa: S108
+    ]
+
+
+@dataclass
 class SimHost:
     gpus: list[SimGpu]
     processes: list[SimProcess] = field(default_factory=list)
@@ -70,6 +92,8 @@ class SimHost:
     driver_version: str = "590.48.01"
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
+    filesystems: list[SimFilesystem] = field(default_factory=_filesystems)
+    files: dict[str, str] = field(default_factory=dict)  # what cat prints for these paths
 
     # -- rules -------------------------------------------------------------------
 
@@ -128,6 +152,16 @@ class SimHost:
         self.module_held_by = ""
         self.boots += 1
 
+    def filesystem_of(self, path: str) -> SimFilesystem | None:
+        """The filesystem a path is on: the longest mount point that contains it."""
+        path = "/" + path.strip("/")
+        mounts = [
+            f
+            for f in self.filesystems
+            if path == f.mounted_on or path.startswith(f.mounted_on.rstrip("/") + "/")
+        ]
+        return max(mounts, key=lambda f: len(f.mounted_on), default=None)
+
     def service(self, name: str) -> SimService | None:
         for service in self.services:
             if service.name == name or service.name == name.removesuffix(".service"):
@@ -145,6 +179,8 @@ class SimHost:
         data["gpus"] = [SimGpu(**g) for g in data["gpus"]]
         data["processes"] = [SimProcess(**p) for p in data.get("processes", [])]
         data["services"] = [SimService(**s) for s in data.get("services", [])]
+        if "filesystems" in data:
+            data["filesystems"] = [SimFilesystem(**f) for f in data["filesystems"]]
         return cls(**data)
 
     def save(self, path: Path) -> None:

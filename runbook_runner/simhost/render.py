@@ -1,4 +1,4 @@
-"""What a simulated host prints: nvidia-smi (query CSV, table, reset, errors) and free.
+"""What a simulated host prints: nvidia-smi (query CSV, table, reset, errors), free, df, meminfo.
 
 Formats follow real captures (tests/fixtures/): CSV fields joined by ", ",
 units in the header as " [MiB]" and on the values as " MiB", the 590-driver
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from runbook_runner.simhost.model import SimGpu, SimHost, SimProcess
+from runbook_runner.simhost.model import SimFilesystem, SimGpu, SimHost, SimProcess
 
 DRIVER_NOT_LOADED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -206,3 +206,110 @@ def free(host: SimHost, divisor: int = 1024, human: bool = False) -> str:
     mem = f"{'Mem:':<9}{cell(values[0]):>11}" + "".join(f" {cell(v):>11}" for v in values[1:])
     swap = f"{'Swap:':<9}{cell(0):>11}" + "".join(f" {cell(0):>11}" for _ in range(2))
     return f"{header}\n{mem}\n{swap}\n"
+
+
+def meminfo(host: SimHost) -> str:
+    """``/proc/meminfo``, the lines that agree with :func:`free` (kB, meaning KiB)."""
+    total = host.memory_total_bytes
+    available = host.host_available_bytes()
+    buff_cache = min(host.buff_cache_bytes, available)
+    free_bytes = max(0, total - (total - available) - buff_cache)
+    rows = [
+        ("MemTotal", total),
+        ("MemFree", free_bytes),
+        ("MemAvailable", available),
+        ("Buffers", 0),
+        ("Cached", buff_cache),
+        ("SwapCached", 0),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+        ("Shmem", host.shared_bytes),
+    ]
+    lines = [f"{key + ':':<16}{value // 1024:>8} kB" for key, value in rows]
+    lines += ["HugePages_Total:       0", "HugePages_Free:        0", "Hugepagesize:       2048 kB"]
+    return "\n".join(lines) + "\n"
+
+
+# GNU df --output field -> (header, value)
+DF_FIELDS = {
+    "source": "Filesystem",
+    "fstype": "Type",
+    "size": "1B-blocks",
+    "used": "Used",
+    "avail": "Avail",
+    "pcent": "Use%",
+    "file": "File",
+    "target": "Mounted on",
+}
+
+
+def _df_human(value: int) -> str:
+    """GNU df -h: one decimal below 10, suffix without "i", rounded up."""
+    for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
+        scaled = value / 1024**power
+        if scaled >= 1:
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{-(-value // 1024**power)}{suffix}"
+    return str(value)
+
+
+def df(
+    host: SimHost,
+    paths: list[str],
+    output: list[str] | None = None,
+    block: int = 1024,
+    human: bool = False,
+    posix: bool = False,
+) -> tuple[str, list[str]]:
+    """What df prints for these paths (all filesystems when none), and its complaints."""
+    errors: list[str] = []
+    chosen: list[tuple[str, SimFilesystem]] = []
+    for path in paths or [f.mounted_on for f in host.filesystems]:
+        found = host.filesystem_of(path)
+        if found is None:
+            errors.append(f"df: {path}: No such file or directory\n")
+        else:
+            chosen.append((path, found))
+    fields = output or ["source", "size", "used", "avail", "pcent", "target"]
+    size_header = "Size" if human else ("1B-blocks" if block == 1 else f"{block // 1024}K-blocks")
+    if posix and not human:
+        size_header = f"{block}-blocks"
+
+    def header(name: str) -> str:
+        if name == "size":
+            return size_header
+        if posix and name == "avail":
+            return "Available"
+        if posix and name == "pcent":
+            return "Capacity"
+        if not output and name == "avail" and not human:
+            return "Available"
+        return DF_FIELDS[name]
+
+    def cell(name: str, path: str, fs: SimFilesystem) -> str:
+        sizes = {"size": fs.size_bytes, "used": fs.used_bytes, "avail": fs.available_bytes}
+        if name in sizes:
+            return _df_human(sizes[name]) if human else str(-(-sizes[name] // block))
+        if name == "pcent":
+            used = fs.used_bytes + fs.available_bytes
+            return f"{-(-fs.used_bytes * 100 // used) if used else 0}%"
+        return {
+            "source": fs.filesystem,
+            "fstype": fs.fstype,
+            "file": path,
+            "target": fs.mounted_on,
+        }[name]
+
+    rows = [[header(f) for f in fields]] + [[cell(f, p, fs) for f in fields] for p, fs in chosen]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(fields))]
+    text_fields = {"source", "fstype", "file", "target"}
+    lines = []
+    for row in rows:
+        cells = []
+        for i, (name, value) in enumerate(zip(fields, row, strict=True)):
+            last = i == len(fields) - 1
+            if name in text_fields:
+                cells.append(value if last else value.ljust(widths[i]))
+            else:
+                cells.append(value.rjust(widths[i]))
+        lines.append(" ".join(cells).rstrip())
+    return "\n".join(lines) + "\n", errors

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from runbook_runner.simhost import render
 from runbook_runner.simhost.shell import _Exit
 
 if TYPE_CHECKING:
@@ -84,10 +85,17 @@ def _wc(shell: Shell, args: list[str], stdin: str) -> int:
 
 
 def _cat(shell: Shell, args: list[str], stdin: str) -> int:
-    if args and args != ["-"]:
-        shell.env.err(f"cat: {args[0]}: not simulated\n")
-        return 1
-    shell.env.out(stdin)
+    """stdin, /proc/meminfo from the model, or the files a state file gives."""
+    for path in args or ["-"]:
+        if path == "-":
+            shell.env.out(stdin)
+        elif path == "/proc/meminfo":
+            shell.env.out(render.meminfo(shell.env.host))
+        elif path in shell.env.host.files:
+            shell.env.out(shell.env.host.files[path])
+        else:
+            shell.env.err(f"cat: {path}: not simulated\n")
+            return 1
     return 0
 
 

@@ -1,0 +1,147 @@
+"""A simulated host described in a small YAML file, for ``runbook test --state FILE``.
+
+Every key is optional; what is not given is the incident's server (8 GPUs with
+97,887 MiB each, 449 GiB of RAM, nvidia-persistenced running, a 1.7 TiB root
+filesystem and /dev/shm)::
+
+    gpus: 8                          # or a list: [{index: 0, orphaned_mib: 96410}, ...]
+    processes:                       # what ps, nvidia-smi and kill see
+      - {pid: 4120, cmdline: "sglang::scheduler_TP0", gpu_mib: {0: 90112}, host_bytes: 38 GiB}
+    services: [{name: nvidia-persistenced, active: true}]
+    memory: {total: 449 GiB, used: 9 GiB, buff_cache: 2 GiB}
+    filesystems:                     # what df reports
+      - {mounted_on: /tmp, size: 20 GiB, used: 19.5 GiB, filesystem: tmpfs, fstype: tmpfs}
+    files: {/proc/sys/kernel/pid_max: "4194304\\n"}   # what cat prints
+    kernel_messages: ["NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus."]
+    driver_loaded: true
+
+Sizes are bytes, or a number with a unit (``512 MiB``, ``1.5 GiB``, ``2 GB``). Pure:
+a mapping in, a :class:`SimHost` out, :class:`StateFileError` for anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from runbook_runner.simhost.model import (
+    SimFilesystem,
+    SimGpu,
+    SimHost,
+    SimProcess,
+    SimService,
+    eight_gpu_server,
+)
+
+
+class StateFileError(ValueError):
+    pass
+
+
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGTP]i?B|B)?\s*$")
+_UNITS = {"B": 1, **{f"{p}iB": 1024 ** (i + 1) for i, p in enumerate("KMGTP")}}
+_UNITS.update({f"{p}B": 1000 ** (i + 1) for i, p in enumerate("KMGTP")})
+_TOP = (
+    "gpus",
+    "processes",
+    "services",
+    "memory",
+    "filesystems",
+    "files",
+    "kernel_messages",
+    "driver_loaded",
+)
+_MEMORY = {
+    "total": "memory_total_bytes",
+    "used": "memory_base_used_bytes",
+    "buff_cache": "buff_cache_bytes",
+    "shared": "shared_bytes",
+    "leaked": "leaked_host_bytes",
+}
+
+
+def size(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise StateFileError(f"{where}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if match is None:
+        raise StateFileError(f"{where}: {value!r} is not a size (bytes, or e.g. '1.5 GiB')")
+    try:
+        return int(Decimal(match["num"]) * _UNITS[match["unit"] or "B"])
+    except InvalidOperation:
+        raise StateFileError(f"{where}: {value!r} is not a size") from None
+
+
+def _keys(data: Any, known: tuple[str, ...] | list[str], where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise StateFileError(f"{where}: expected a mapping, got {type(data).__name__}")
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise StateFileError(f"{where}: unknown key {key!r}{hint}")
+    return data
+
+
+def _record(cls: type, data: Any, where: str, sizes: dict[str, str]) -> Any:
+    """A dataclass from a mapping: its fields, plus ``size``-style aliases of byte fields."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    data = dict(_keys(data, [*fields, *sizes], where))
+    for alias, name in sizes.items():
+        if alias in data:
+            data[name] = size(data.pop(alias), f"{where}.{alias}")
+    try:
+        return cls(**data)
+    except TypeError as error:
+        raise StateFileError(f"{where}: {error}") from None
+
+
+def host_from_state(data: Any) -> SimHost:
+    if data is None:
+        data = {}
+    data = _keys(data, _TOP, "state")
+    host = eight_gpu_server()
+    gpus = data.get("gpus", 8)
+    if isinstance(gpus, int) and not isinstance(gpus, bool):
+        host.gpus = [SimGpu(index=i) for i in range(gpus)]
+    elif isinstance(gpus, list):
+        host.gpus = [
+            _record(SimGpu, {"index": i, **g} if isinstance(g, dict) else g, f"gpus[{i}]", {})
+            for i, g in enumerate(gpus)
+        ]
+    else:
+        raise StateFileError("gpus: expected a count or a list of GPUs")
+    for i, p in enumerate(data.get("processes") or []):
+        process = _record(SimProcess, p, f"processes[{i}]", {"host_memory": "host_bytes"})
+        process.gpu_mib = {str(k): int(v) for k, v in (process.gpu_mib or {}).items()}
+        if not isinstance(process.host_bytes, int):
+            process.host_bytes = size(process.host_bytes, f"processes[{i}].host_bytes")
+        host.processes.append(process)
+    if "services" in data:
+        host.services = [
+            _record(SimService, s, f"services[{i}]", {})
+            for i, s in enumerate(data["services"] or [])
+        ]
+    for key, value in _keys(data.get("memory") or {}, list(_MEMORY), "memory").items():
+        setattr(host, _MEMORY[key], size(value, f"memory.{key}"))
+    if "filesystems" in data:
+        host.filesystems = [
+            _record(
+                SimFilesystem, f, f"filesystems[{i}]", {"size": "size_bytes", "used": "used_bytes"}
+            )
+            for i, f in enumerate(data["filesystems"] or [])
+        ]
+        if not any(f.mounted_on == "/" for f in host.filesystems):
+            host.filesystems.insert(0, SimFilesystem("/", 1_920_383_410_176, 412 * 1024**3))
+    files = data.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise StateFileError("files: expected a mapping of path: text")
+    host.files = {str(k): v for k, v in files.items()}
+    host.kernel_messages = [str(m) for m in data.get("kernel_messages") or []]
+    host.driver_loaded = bool(data.get("driver_loaded", True))
+    return host
