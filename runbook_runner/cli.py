@@ -319,7 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ended = getattr(interrupt, "ended_on_host", None)
         _err(
             f"runbook: interrupted ({signal.Signals(signum).name})"
-            + (f"; the running command was ended on the host (process group {ended})" if ended else "")
+            + (
+                f"; the running command was ended on the host (process group {ended})"
+                if ended
+                else ""
+            )
             + "; the lock is released; the journal says where it stopped"
         )
         return 128 + int(signum)

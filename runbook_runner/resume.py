@@ -96,7 +96,9 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
             continue
         step = steps[step_id]
         confirmed = any(
-            e.get("event") == "confirmation" and e.get("step") == step_id and e.get("answer") == "yes"
+            e.get("event") == "confirmation"
+            and e.get("step") == step_id
+            and e.get("answer") == "yes"
             for e in events[index + 1 :]
         )
         # A destructive command is sent only after a confirmation is journalled; any other

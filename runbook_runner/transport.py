@@ -99,6 +99,17 @@ class CommandResult:
         )
 
 
+@dataclass(frozen=True)
+class Held:
+    """A command started by :meth:`SshTransport.hold`: still running (``channel`` set) once it
+    printed its ready line, else ended with ``exit_status``."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    channel: paramiko.Channel | None = None
+
+
 PassphrasePrompt = Callable[[str], str | None]
 
 
@@ -119,6 +130,8 @@ class SshTransport:
         self.host_key: paramiko.PKey | None = None
         self.login_user: str | None = None
         self.is_root = False
+        # Called after every reconnect (the host lock re-takes itself); may raise to stop.
+        self.after_reconnect: list[Callable[[], None]] = []
 
     # -- connecting ------------------------------------------------------------
 
@@ -347,6 +360,49 @@ class SshTransport:
             return pgid
         return None
 
+    def hold(self, command: str, ready: str, timeout: float) -> Held:
+        """Start a command that runs for as long as this connection lives: its stdin stays
+        open until the returned channel is closed or the connection dies. It is held once
+        it prints the line ``ready``; if it exits first, its status and output come back."""
+        channel = self._open_channel()
+        out, err = TailBuffer(65536), TailBuffer(65536)
+        marker = ready.encode() + b"\n"
+        deadline = time.monotonic() + timeout
+        try:
+            channel.exec_command(command.encode("utf-8", "surrogateescape"))
+            while True:
+                while channel.recv_ready():
+                    out.add(channel.recv(65536))
+                while channel.recv_stderr_ready():
+                    err.add(channel.recv_stderr(65536))
+                text = out.bytes()
+                if marker in text:
+                    before = text[: text.index(marker)].decode("utf-8", "replace")
+                    return Held(None, before, err.bytes().decode("utf-8", "replace"), channel)
+                ended = channel.closed or (channel.eof_received and channel.exit_status_ready())
+                if ended and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    status = channel.recv_exit_status()
+                    _close_quietly(channel)
+                    return Held(
+                        status,
+                        text.decode("utf-8", "replace"),
+                        err.bytes().decode("utf-8", "replace"),
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    _close_quietly(channel)
+                    return Held(None, text.decode("utf-8", "replace"), "timed out")
+                if channel.eof_received:
+                    channel.status_event.wait(min(remaining, 0.2))
+                else:
+                    select.select([channel], [], [], min(remaining, 0.2))
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            _close_quietly(channel)
+            raise ConnectionLost(
+                f"{self.target.label}: connection lost while taking the lock ({error})",
+                "check the host; re-run, or resume the run",
+            ) from None
+
     def _open_channel(self) -> paramiko.Channel:
         transport = self._client.get_transport() if self._client else None
         if transport is None or not transport.is_active():
@@ -395,6 +451,8 @@ class SshTransport:
             and known.asbytes() != self.host_key.asbytes()
         ):
             raise host_key_changed(self.target.label, known, self.host_key)
+        for hook in self.after_reconnect:
+            hook()
         return self
 
     def close(self) -> None:

@@ -6,7 +6,6 @@ The signal goes to the test's own subprocess (the CLI) only; the remote command 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -61,7 +60,15 @@ steps:
 """
     )
     runner = subprocess.Popen(
-        [sys.executable, "-m", "runbook_runner", "run", str(runbook), *gpu_host.cli_args(), "--yes"],
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "run",
+            str(runbook),
+            *gpu_host.cli_args(),
+            "--yes",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

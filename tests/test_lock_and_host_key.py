@@ -92,10 +92,13 @@ def _run_with_an_unusable_lock_folder(host, lock_dir, tmp_path, capsys, run_jour
     (path,) = run_journals_in_tmp.glob("*.jsonl")
     events = read(path).events
     assert not any(e["event"] == "lock" for e in events)
-    assert events[-1]["event"] == "run-end" and "lock folder" in events[-1]["error"]
+    assert events[-1]["event"] == "run-end"
+    assert "lock folder" in events[-1]["error"]
 
 
-def test_a_host_key_changed_on_reconnect_is_reported_as_such(own_host, tmp_path, run_journals_in_tmp):
+def test_a_host_key_changed_on_reconnect_is_reported_as_such(
+    own_host, tmp_path, run_journals_in_tmp
+):
     host = own_host()
     sim = host.root / "sim"
     runbook = destructive_runbook(
@@ -123,4 +126,5 @@ def test_a_host_key_changed_on_reconnect_is_reported_as_such(own_host, tmp_path,
     assert "not connected" not in err
     (path,) = run_journals_in_tmp.glob("*.jsonl")
     end = read(path).events[-1]
-    assert end["event"] == "run-end" and "HOST KEY CHANGED" in end["error"], json.dumps(end)
+    assert end["event"] == "run-end", json.dumps(end)
+    assert "HOST KEY CHANGED" in end["error"], json.dumps(end)

@@ -172,7 +172,8 @@ def test_sigkill_mid_step_then_resume_finishes_without_redoing_steps(
     assert [e["id"] for e in journal.events if e["event"] == "step-end"] == ["mark", "slow", "last"]
     assert any(e["event"] == "resume" and e["from_step"] == "slow" for e in journal.events)
     took_over = [e for e in journal.events if e["event"] == "lock" and "taken_over_from" in e]
-    assert took_over and took_over[0]["taken_over_from"]["run"] == run_id
+    assert took_over
+    assert took_over[0]["taken_over_from"]["run"] == run_id
     assert not (sim / "runbook-runner.lock").exists()  # released at the end
 
 

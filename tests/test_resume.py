@@ -233,7 +233,8 @@ def test_sigkill_at_every_journal_event_then_resume_neither_redoes_nor_skips(
         elif resumed.returncode == ExitCode.DECLINED:
             # Killed after the confirmation, before the command went out: the marker does
             # not show it, and --yes does not cover a second send: ask on a terminal.
-            assert "in flight" in resumed.stderr and "terminal" in resumed.stderr, why
+            assert "in flight" in resumed.stderr, why
+            assert "terminal" in resumed.stderr, why
             assert not (sim / "marker").exists(), why
             seen_asks += 1
             resumed = _resume(runbook, gpu_host, path.stem, terminal=True)
