@@ -128,3 +128,120 @@ def test_a_host_key_changed_on_reconnect_is_reported_as_such(
     end = read(path).events[-1]
     assert end["event"] == "run-end", json.dumps(end)
     assert "HOST KEY CHANGED" in end["error"], json.dumps(end)
+
+
+def _holding_runbook(folder: Path, sim: Path) -> Path:
+    """A destructive step that holds until the test releases it, and waits for that after a
+    reconnect (so that the run outlives the reconnect)."""
+    for name in ("inflight", "released", "marker"):
+        (sim / name).unlink(missing_ok=True)
+    path = folder / "holding.yaml"
+    path.write_text(
+        f"""name: holding
+title: Hold the lock
+summary: For the lock tests.
+observations:
+  released:
+    command: ls {sim}/released 2>/dev/null || true
+    parser: lines
+checks:
+  is-released: {{description: the release file exists, expect: count(released) == 1}}
+goal: [is-released]
+steps:
+  - id: hold
+    title: Hold until released
+    run: 'echo ran >> {sim}/marker; touch {sim}/inflight; while [ ! -e {sim}/released ]; do sleep 0.05; done'
+    destructive: true
+    affects: process
+    timeout: 60
+    wait: {{until: [is-released], interval: 0.2, timeout: 30}}
+"""
+    )
+    return path
+
+
+def _start(runbook: Path, host, env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runbook_runner", "run", str(runbook), *host.cli_args(), "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def _flock_held(host) -> bool:
+    alive = host.root / "sim" / "runbook-runner.lock" / "alive"
+    return host.ssh(f"flock -n {alive} true").returncode == 1
+
+
+def test_a_dead_runs_lock_is_free_for_the_next_run_which_records_whose_it_took(
+    gpu_host, tmp_path, run_journals_in_tmp
+):
+    sim = gpu_host.root / "sim"
+    runbook = _holding_runbook(tmp_path, sim)
+    first = _start(runbook, gpu_host)
+    try:
+        wait_for(lambda: (sim / "inflight").exists(), 30, "the first run's step")
+        assert _flock_held(gpu_host)
+        first.kill()  # SIGKILL: no cleanup; its connection drops with it
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    (dead,) = run_journals_in_tmp.glob("*.jsonl")
+    (sim / "released").touch()
+    second = subprocess.run(
+        [sys.executable, "-m", "runbook_runner", "run", str(runbook), *gpu_host.cli_args()]
+        + ["--yes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert second.returncode == ExitCode.OK, second.stdout + second.stderr
+    (path,) = set(run_journals_in_tmp.glob("*.jsonl")) - {dead}
+    lock = next(e for e in read(path).events if e["event"] == "lock")
+    assert lock["taken_over_from"]["run"] == dead.stem
+    assert not (sim / "runbook-runner.lock").exists()
+
+
+def test_the_lock_is_taken_again_after_a_reconnect(gpu_host, tmp_path, run_journals_in_tmp):
+    sim = gpu_host.root / "sim"
+    runbook = _holding_runbook(tmp_path, sim)
+    runner = _start(runbook, gpu_host)
+    try:
+        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        assert _flock_held(gpu_host)
+        gpu_host.drop_and_restart()  # the holder on the host dies with the connection
+        wait_for(lambda: _flock_held(gpu_host), 30, "the lock to be taken again")
+        (sim / "released").touch()
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == ExitCode.OK, out + err
+    assert (sim / "marker").read_text() == "ran\n"
+
+
+def test_a_lock_taken_by_another_run_while_reconnecting_stops_the_run(
+    gpu_host, tmp_path, run_journals_in_tmp
+):
+    sim = gpu_host.root / "sim"
+    runbook = _holding_runbook(tmp_path, sim)
+    runner = _start(runbook, gpu_host)
+    try:
+        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        other = {"operator": "alice", "run": "OTHER-RUN", "client": "elsewhere"}
+        (sim / "runbook-runner.lock" / "owner").write_text(json.dumps(other))  # --break-lock'ed
+        gpu_host.drop_and_restart()
+        (sim / "released").touch()
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == ExitCode.LOCKED, out + err
+    assert "OTHER-RUN" in err
+    assert "while this run was reconnecting" in err
