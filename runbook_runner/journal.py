@@ -150,8 +150,20 @@ def summary(path: Path) -> dict[str, Any]:
         "runbook": start.get("runbook", "?"),
         "host": start.get("host", "?"),
         "operator": start.get("operator", "?"),
-        "result": ("ok" if end.get("ok") else "goal not reached") if end else "did not finish",
+        "result": _result(end) if end else "did not finish",
     }
+
+
+def _result(end: dict[str, Any]) -> str:
+    """A run-end in words: its outcome when the run did not simply finish."""
+    outcome = end.get("outcome")
+    if outcome == "interrupted" or (outcome is None and end.get("interrupted")):
+        return f"interrupted ({end['signal']})" if end.get("signal") else "interrupted"
+    if outcome == "needs-confirmation":
+        return "stopped: needs a confirmation on a terminal"
+    if outcome == "error":
+        return f"stopped: {end.get('error', 'error')}"
+    return "ok" if end.get("ok") else "goal not reached"
 
 
 def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
@@ -192,6 +204,8 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             rows.append((t, str(event.get("from_step")), "run resumed"))
         elif kind == "run-end":
             reached = event.get("reached_by")
-            result = f"goal holds (reached by {reached})" if event.get("ok") else "goal not reached"
+            result = _result(event)
+            if event.get("ok"):
+                result = f"goal holds (reached by {reached})"
             rows.append((t, "-", f"run ended: {result}"))
     return rows
