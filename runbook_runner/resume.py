@@ -54,6 +54,8 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
     start = next((e for e in events if e.get("event") == "run-start"), None)
     if start is None:
         raise NotResumable(f"{run_name} has no run-start line: not a run journal")
+    if start.get("dry_run"):
+        raise NotResumable(f"run {start.get('run', run_name)} was a dry run: nothing to resume")
     run = str(start.get("run") or run_name)
     ends = [i for i, e in enumerate(events) if e.get("event") == "run-end"]
     last_session = max(
@@ -77,7 +79,7 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
         kind = event.get("event")
         if kind == "step-start":
             started_at[str(event.get("id"))] = index
-        elif kind == "step-end":
+        elif kind == "step-end" and event.get("status") != "planned":  # a dry run decides nothing
             step_id = str(event.get("id"))
             status = str(event.get("status"))
             ended[step_id] = status

@@ -193,8 +193,15 @@ def test_a_dead_runs_lock_is_free_for_the_next_run_which_records_whose_it_took(
     (dead,) = run_journals_in_tmp.glob("*.jsonl")
     (sim / "released").touch()
     second = subprocess.run(
-        [sys.executable, "-m", "runbook_runner", "run", str(runbook), *gpu_host.cli_args()]
-        + ["--yes"],
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "run",
+            str(runbook),
+            *gpu_host.cli_args(),
+            "--yes",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

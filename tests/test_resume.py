@@ -249,3 +249,17 @@ def test_sigkill_at_every_journal_event_then_resume_neither_redoes_nor_skips(
         path.unlink()
     assert seen_asks == 1
     assert seen_refusals == 1
+
+
+def test_a_dry_run_is_not_resumed_and_resume_takes_no_dry_run_or_from(tmp_path, capsys):
+    with pytest.raises(resume.NotResumable, match="dry run"):
+        resume.plan(
+            [{"event": "run-start", "run": "R1", "runbook": "crash-me", "dry_run": True}],
+            load(write_runbook(tmp_path, tmp_path)),
+            "R1",
+        )
+    runbook = write_runbook(tmp_path, tmp_path)
+    for extra in (["--dry-run"], ["--from", "last"]):
+        code = main(["run", str(runbook), "--host", "192.0.2.1", "--resume", "R1", *extra])
+        assert code == ExitCode.BAD_INPUT
+        assert "cannot be combined" in capsys.readouterr()[1]
