@@ -155,7 +155,7 @@ class HostLock:
         reason = lines[-1] if lines else f"exit status {result.exit_status}"
         if result.exit_status is None:
             reason = "the host did not answer in time"
-        what = "write the lock's owner file in" if result.exit_status == 74 else "take the lock in"
+        what = "write the lock's files in" if result.exit_status == 74 else "take the lock in"
         raise LockUnavailable(
             f"{self.host}: cannot {what} the lock folder {folder}: {reason}; "
             "not running without the lock: make that folder writable, "

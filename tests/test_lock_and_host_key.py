@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -252,3 +253,24 @@ def test_a_lock_taken_by_another_run_while_reconnecting_stops_the_run(
     assert runner.returncode == ExitCode.LOCKED, out + err
     assert "OTHER-RUN" in err
     assert "while this run was reconnecting" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a lock folder the login user cannot write")
+def test_a_lock_whose_files_cannot_be_written_stops_the_run(
+    gpu_host, tmp_path, capsys, run_journals_in_tmp
+):
+    sim = gpu_host.root / "sim"
+    lock = sim / "runbook-runner.lock"
+    lock.mkdir()  # owned by root, mode 0755: the test's login user cannot write in it
+    lock.chmod(0o755)
+    try:
+        runbook = destructive_runbook(tmp_path, sim, f"echo ran >> {sim}/marker")
+        (sim / "marker").unlink(missing_ok=True)
+        code = main(["run", str(runbook), *gpu_host.cli_args(), "--yes"])
+        err = capsys.readouterr()[1]
+    finally:
+        shutil.rmtree(lock)
+    assert code == ExitCode.LOCKED, err
+    assert f"cannot write the lock's files in the lock folder {sim}" in err
+    assert "Permission denied" in err
+    assert not (sim / "marker").exists()
