@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -317,15 +318,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # 130 for Ctrl-C (SIGINT); 128 + the signal for SIGTERM (143) and SIGHUP (129).
         signum = getattr(interrupt, "signum", signal.SIGINT)
         ended = getattr(interrupt, "ended_on_host", None)
-        _err(
-            f"runbook: interrupted ({signal.Signals(signum).name})"
-            + (
-                f"; the running command was ended on the host (process group {ended})"
-                if ended
-                else ""
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            _err(
+                f"runbook: interrupted ({signal.Signals(signum).name})"
+                + (
+                    f"; the running command was ended on the host (process group {ended})"
+                    if ended
+                    else ""
+                )
             )
-            + "; the lock is released; the journal says where it stopped"
-        )
         return 128 + int(signum)
     except BrokenPipeError:
         # The reader went away (runbook show ... | head): not an error worth a traceback.
