@@ -296,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     except HostLocked as error:
         _err(
-            f"runbook: {error}; wait for it to finish, or if that run is dead, re-run with --break-lock"
+            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
+            "with its connection; on a host without flock, re-run with --break-lock)"
         )
         return ExitCode.LOCKED
     except LockUnavailable as error:
