@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,9 +13,9 @@ from typing import NoReturn
 from runbook_runner import __version__, cli_host, exitcodes, render
 from runbook_runner import journal as journal_module
 from runbook_runner.catalog import UnknownRunbook
-from runbook_runner.errors import TransportError, UsageError
+from runbook_runner.errors import NeedsConfirmation, TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.hostlock import HostLocked
+from runbook_runner.hostlock import HostLocked, LockUnavailable
 from runbook_runner.parameters import ParameterError
 from runbook_runner.runbook import RunbookInvalid, load
 
@@ -255,7 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the run journal here (default: under $XDG_STATE_HOME)",
     )
     run.add_argument(
-        "--resume", metavar="RUN", help="continue a run that stopped, at its first unfinished step"
+        "--resume",
+        metavar="RUN",
+        help="continue a run that stopped: RUN is a run id (or its beginning) or the path of "
+        "its journal file (--journal FILE); steps that ended are not run again, a step that "
+        "was in flight is re-observed first, a finished run is refused",
     )
     run.add_argument(
         "--force", action="store_true", help="with --resume: even if the runbook file changed"
@@ -423,21 +429,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     except HostLocked as error:
         _err(
-            f"runbook: {error}; wait for it to finish, or if that run is dead, re-run with --break-lock"
+            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
+            "with its connection; on a host without flock, re-run with --break-lock)"
         )
+        return ExitCode.LOCKED
+    except LockUnavailable as error:
+        _err(f"runbook: {error}")
         return ExitCode.LOCKED
     except journal_module.JournalError as error:
         _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
+        return ExitCode.JOURNAL
+    except NeedsConfirmation as error:
+        _err(f"runbook: stopped: {error}")
+        return ExitCode.DECLINED
     except (UnknownRunbook, ParameterError, cli_host.StateFileInvalid) as error:
         _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
     except TransportError as error:
         _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
         return ExitCode.HOST_UNREACHABLE
-    except KeyboardInterrupt:
-        _err("runbook: interrupted")
-        return ExitCode.INTERRUPTED
+    except KeyboardInterrupt as interrupt:
+        # 130 for Ctrl-C (SIGINT); 128 + the signal for SIGTERM (143) and SIGHUP (129).
+        signum = getattr(interrupt, "signum", signal.SIGINT)
+        ended = getattr(interrupt, "ended_on_host", None)
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            _err(
+                f"runbook: interrupted ({signal.Signals(signum).name})"
+                + (
+                    f"; the running command was ended on the host (process group {ended})"
+                    if ended
+                    else ""
+                )
+            )
+        return 128 + int(signum)
     except BrokenPipeError:
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()

@@ -6,22 +6,33 @@ With cli.py the CLI layer: it prints (through console.py) and picks exit codes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import __version__, console, render
 from runbook_runner import journal as journal_module
+from runbook_runner import resume as resume_module
 from runbook_runner.catalog import Catalog, search_path
-from runbook_runner.errors import RunbookRunnerError, UsageError
+from runbook_runner.errors import (
+    Interrupted,
+    NeedsConfirmation,
+    RunbookRunnerError,
+    TransportError,
+    UsageError,
+)
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLock
 from runbook_runner.parameters import resolve_parameters
+from runbook_runner.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
@@ -113,9 +124,15 @@ def _execute_run(
     from runbook_runner.runner import Runner
 
     runbook, params = _load_with_params(args)
+    if getattr(args, "resume", None) and (args.from_step or args.dry_run):
+        # A resume continues exactly where the journal says; a dry run's "planned" steps
+        # in that journal would read as decided ones.
+        raise UsageError(
+            "--resume continues where the run stopped: it cannot be combined with "
+            + ("--from" if args.from_step else "--dry-run"),
+            "runbook run",
+        )
     resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
-    if resume is not None:
-        args.from_step = resume[1]
     if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
         raise UsageError(
             f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
@@ -123,7 +140,7 @@ def _execute_run(
             "runbook run",
         )
     out = console.Output(args.json)
-    with _connect(args, out) as transport:
+    with _connect(args, out) as transport, _signals_raise_interrupted():
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
@@ -147,22 +164,52 @@ def _execute_run(
             sleep=sleep,
         )
         lock = None
-        if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
-            lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
-            lock.acquire(break_stale=getattr(args, "break_lock", False))
-            journal.write("lock", held=True)
         report: RunReport | None = None
+        outcome, extra = "interrupted", {}
         try:
-            report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
+            if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
+                lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
+                previous = lock.acquire(break_stale=getattr(args, "break_lock", False))
+                journal.write(
+                    "lock",
+                    held=True,
+                    **({"taken_over_from": previous} if previous is not None else {}),
+                )
+            report = runner.run(
+                from_step=args.from_step,
+                dry_run=args.dry_run,
+                resume=resume[1] if resume is not None else None,
+            )
+            outcome = "declined" if report.declined else "finished"
+        except Interrupted as interrupt:
+            extra = {
+                "signal": signal.Signals(interrupt.signum).name,
+                "ended_on_host": (
+                    f"process group {interrupt.ended_on_host}" if interrupt.ended_on_host else None
+                ),
+            }
+            raise
+        except NeedsConfirmation:
+            outcome = "needs-confirmation"
+            raise
+        except BaseException as error:
+            outcome, extra = "error", {"error": str(error) or type(error).__name__}
+            raise
         finally:
+            # Cleanup never hides why the run stopped: its own failures are recorded, not raised.
             if lock is not None:
-                lock.release()
+                try:
+                    lock.release()
+                except (TransportError, KeyboardInterrupt) as error:
+                    extra["lock_release_failed"] = str(error)
             journal.write(
                 "run-end",
                 ok=report is not None and report.ok,
+                outcome=outcome,
                 reached_by=report.reached_by if report is not None else None,
                 declined=report.declined if report is not None else None,
-                interrupted=report is None,
+                interrupted=outcome == "interrupted",
+                **extra,
             )
             journal.close()
     console.closing(out, report, host, confirmer)
@@ -190,6 +237,30 @@ def _execute_run(
     return code, report
 
 
+@contextlib.contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted (once: a second signal during the
+    cleanup it starts is ignored, so the remote command is ended and the lock released)."""
+    raised: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if raised:
+            return
+        raised.append(signum)
+        raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, handler) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def _lock_owner(run_id: str) -> dict[str, Any]:
     import socket
 
@@ -211,14 +282,26 @@ def _open_journal(
     runbook: Runbook,
     transport: SshTransport,
     params: dict[str, Any],
-    resume: tuple[Path, str | None] | None,
+    resume: tuple[Path, ResumePlan] | None,
 ) -> tuple[journal_module.Journal, str]:
     from runbook_runner.transport import fingerprint
 
     if resume is not None:
-        journal = journal_module.Journal(resume[0])
-        journal.write("resume", from_step=resume[1], operator=getpass.getuser())
-        return journal, resume[0].stem
+        path, plan = resume
+        journal = journal_module.Journal(path)
+        partial = journal.drop_cut_short_tail()
+        in_flight = plan.in_flight
+        journal.write(
+            "resume",
+            from_step=plan.first,
+            operator=getpass.getuser(),
+            skipped_as_finished=list(plan.finished),
+            in_flight=(
+                {"step": in_flight.step, "maybe_sent": in_flight.maybe_sent} if in_flight else None
+            ),
+            **({"dropped_cut_short_line": partial} if partial is not None else {}),
+        )
+        return journal, plan.run
     run_id = journal_module.new_run_id(runbook.name, transport.target.host)
     path = (
         Path(args.journal)
@@ -257,10 +340,17 @@ def _latest_run(run: str, folder: Path) -> Path:
     return journal_module.find(run, folder)
 
 
-def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, str | None]:
-    """The journal to continue and the first step that did not finish there."""
+def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, ResumePlan]:
+    """The journal to continue (a run id, or the path of a --journal FILE) and its plan."""
     path = journal_module.find(args.resume, _journal_folder())
     journal = journal_module.read(path)
+    if journal.damaged:
+        line = journal.damaged[0]
+        raise journal_module.JournalError(
+            f"{path}:{line}: the journal is damaged (this line is not a whole JSON event), so "
+            "what the run did cannot be told; not resuming. Read it with 'runbook runs show', "
+            "check the host, then start a new run"
+        )
     start = journal.first("run-start")
     if start is None:
         raise journal_module.JournalError(f"{path} has no run-start line: not a run journal")
@@ -272,8 +362,10 @@ def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, str
         raise journal_module.JournalError(
             f"{runbook.path} changed since run {path.stem} started; resume anyway with --force"
         )
-    pending = journal.first_unfinished([step.id for step in runbook.steps])
-    return path, pending
+    try:
+        return path, resume_module.plan(journal.events, runbook, path.stem)
+    except resume_module.NotResumable as error:
+        raise journal_module.JournalError(str(error)) from None
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import render
+from runbook_runner.errors import NeedsConfirmation
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
@@ -81,14 +82,26 @@ class Confirmer:
     def __call__(self, request: ConfirmRequest) -> bool:
         answer = self._ask(request)
         who = getpass.getuser() + (
-            " (--yes)" if self.yes and answer and not request.step.reboots else ""
+            " (--yes)"
+            if self.yes and answer and not request.step.reboots and not request.resend
+            else ""
         )
         self.record(request, answer, who)
         return answer
 
     def _ask(self, request: ConfirmRequest) -> bool:
         step = request.step
-        if step.reboots:
+        if request.resend:
+            # Sending a destructive command a second time is never covered by --yes.
+            if not sys.stdin.isatty():
+                raise NeedsConfirmation(
+                    f"{request.resend}; sending it again needs a confirmation on a terminal "
+                    "(--yes does not cover a second send): check the host, then resume this "
+                    "run from a terminal"
+                )
+            self.out.line(self.out.style(f"  {request.resend}.", "yellow", "bold"))
+            self.out.line("  Its command may already have run once. Send it again?")
+        elif step.reboots:
             if self.allow_reboot:
                 return True
             if not sys.stdin.isatty():

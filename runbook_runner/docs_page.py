@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from runbook_runner.runbook import Expression, Runbook, Seconds, Step, seconds_text
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
 # A word holding a backslash, outside a code span: Markdown would eat the backslash
 # (vllm\.entrypoints -> vllm.entrypoints), so it goes into a code span, where it stays.

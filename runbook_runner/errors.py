@@ -43,6 +43,20 @@ class ConnectionLost(TransportError):
     """The connection dropped while a command ran or a channel opened."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived; ``ended_on_host`` names the remote process group
+    that was ended because of it (None when no command was running)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.ended_on_host: str | None = None
+
+
+class NeedsConfirmation(RunbookRunnerError):
+    """A confirmation that --yes does not cover could not be asked (no terminal)."""
+
+
 class UsageError(RunbookRunnerError):
     """The command line is wrong; ``prog`` names the (sub)command for the hint."""
 

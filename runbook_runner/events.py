@@ -79,6 +79,9 @@ Event = Observed | StepStarting | Waiting | Reconnecting | StepDone
 class ConfirmRequest:
     step: Step
     commands: tuple[str, ...]
+    # A resumed run's in-flight step whose command may have reached the host already and
+    # whose expected state does not hold: asked on a terminal even with --yes.
+    resend: str = ""  # why it is asked again ("" for an ordinary confirmation)
 
 
 @dataclass

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ from typing import IO, Any
 from runbook_runner.errors import RunbookRunnerError
 
 TAIL_BYTES = 4096  # of each command's stdout and stderr
+# Tests only: the runner SIGKILLs itself right after writing this many events (a crash at a
+# chosen point of a run, to prove that a resume neither redoes nor skips anything).
+KILL_AFTER_ENV = "RUNBOOK_RUNNER_TEST_KILL_AFTER_EVENTS"
 
 
 class JournalError(RunbookRunnerError):
@@ -51,6 +55,19 @@ class Journal:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: IO[bytes] = path.open("ab")
+        self._written = 0
+        kill_after = os.environ.get(KILL_AFTER_ENV, "")
+        self._kill_after = int(kill_after) if kill_after.isdigit() else None
+
+    def drop_cut_short_tail(self) -> str | None:
+        """Before appending to a journal whose runner died mid-line: remove that partial
+        line (returned, for the record), so that the next event starts a line of its own."""
+        raw = self.path.read_bytes()
+        if not raw or raw.endswith(b"\n"):
+            return None
+        keep = raw.rfind(b"\n") + 1
+        os.truncate(self.path, keep)
+        return raw[keep:].decode("utf-8", "replace")
 
     def write(self, event: str, **fields: Any) -> None:
         record = {"t": utc(), "event": event, **fields}
@@ -58,6 +75,9 @@ class Journal:
         self._file.write(line.encode("utf-8", "replace"))
         self._file.flush()
         os.fsync(self._file.fileno())
+        self._written += 1
+        if self._written == self._kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         self._file.close()
@@ -67,21 +87,14 @@ class Journal:
 class JournalRead:
     events: list[dict[str, Any]]
     problems: list[str] = field(default_factory=list)
+    damaged: list[int] = field(default_factory=list)  # line numbers that are not whole JSON
+    cut_short: int | None = None  # the last line, cut short by a runner that died writing it
 
     def first(self, event: str) -> dict[str, Any] | None:
         return next((e for e in self.events if e.get("event") == event), None)
 
     def last(self, event: str) -> dict[str, Any] | None:
         return next((e for e in reversed(self.events) if e.get("event") == event), None)
-
-    def first_unfinished(self, step_ids: list[str]) -> str | None:
-        """Where a resumed run starts: the first step that did not end ok or skipped."""
-        finished = {
-            e.get("id")
-            for e in self.events
-            if e.get("event") == "step-end" and e.get("status") in {"ok", "skipped"}
-        }
-        return next((step_id for step_id in step_ids if step_id not in finished), None)
 
 
 def read(path: Path) -> JournalRead:
@@ -90,7 +103,8 @@ def read(path: Path) -> JournalRead:
         raw = path.read_bytes()
     except OSError as error:
         raise JournalError(f"cannot read the journal {path}: {error.strerror}") from None
-    events, problems = [], []
+    events, problems, damaged = [], [], []
+    cut_short: int | None = None
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -104,14 +118,20 @@ def read(path: Path) -> JournalRead:
             last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
             what = "was cut short (the runner stopped while writing it)" if last else "is not JSON"
             problems.append(f"{path}:{number}: line {what}; skipped")
-    return JournalRead(events, problems)
+            if last and not raw.endswith(b"\n"):
+                cut_short = number
+            else:
+                damaged.append(number)
+    return JournalRead(events, problems, damaged, cut_short)
 
 
 def find(run: str, folder: Path) -> Path:
-    """A run by its id (or a unique prefix of it), or a path to its journal."""
+    """A run by its id (or a unique prefix of it), or a path to its journal (--journal FILE)."""
     candidate = Path(run)
-    if candidate.suffix == ".jsonl" and candidate.is_file():
+    if candidate.is_file():
         return candidate
+    if "/" in run or candidate.suffix == ".jsonl":
+        raise JournalError(f"no journal file {run}")
     matches = sorted(folder.glob(f"{run}*.jsonl")) if folder.is_dir() else []
     if len(matches) == 1:
         return matches[0]
@@ -130,8 +150,20 @@ def summary(path: Path) -> dict[str, Any]:
         "runbook": start.get("runbook", "?"),
         "host": start.get("host", "?"),
         "operator": start.get("operator", "?"),
-        "result": ("ok" if end.get("ok") else "goal not reached") if end else "did not finish",
+        "result": _result(end) if end else "did not finish",
     }
+
+
+def _result(end: dict[str, Any]) -> str:
+    """A run-end in words: its outcome when the run did not simply finish."""
+    outcome = end.get("outcome")
+    if outcome == "interrupted" or (outcome is None and end.get("interrupted")):
+        return f"interrupted ({end['signal']})" if end.get("signal") else "interrupted"
+    if outcome == "needs-confirmation":
+        return "stopped: needs a confirmation on a terminal"
+    if outcome == "error":
+        return f"stopped: {end.get('error', 'error')}"
+    return "ok" if end.get("ok") else "goal not reached"
 
 
 def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
@@ -172,6 +204,8 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             rows.append((t, str(event.get("from_step")), "run resumed"))
         elif kind == "run-end":
             reached = event.get("reached_by")
-            result = f"goal holds (reached by {reached})" if event.get("ok") else "goal not reached"
+            result = _result(event)
+            if event.get("ok"):
+                result = f"goal holds (reached by {reached})"
             rows.append((t, "-", f"run ended: {result}"))
     return rows

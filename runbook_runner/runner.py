@@ -28,6 +28,7 @@ from runbook_runner.events import (
 from runbook_runner.expect import CheckResult, all_ok, evaluate_check, evaluate_checks
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
+from runbook_runner.resume import ResumePlan
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 from runbook_runner.template import Template
 
@@ -149,15 +150,29 @@ class Runner:
 
     # -- running ------------------------------------------------------------------------------
 
-    def run(self, *, from_step: str | None = None, dry_run: bool = False) -> RunReport:
+    def run(
+        self,
+        *,
+        from_step: str | None = None,
+        dry_run: bool = False,
+        resume: ResumePlan | None = None,
+    ) -> RunReport:
+        """Run the steps; ``resume`` (a stopped run's plan) leaves out every step whose end
+        is journalled and re-observes an in-flight step before sending anything again."""
         report = RunReport(self.runbook)
         report.before = self.check_goal("before")
         steps = list(self.runbook.steps)
-        if from_step is not None:
+        if resume is not None:
+            steps = [s for s in steps if s.id in resume.remaining]
+        elif from_step is not None:
             steps = steps[[s.id for s in steps].index(from_step) :]
+        in_flight = resume.in_flight if resume is not None else None
         last_executed: str | None = None
         for number, step in enumerate(steps, start=1):
-            record = self._step(step, number, len(steps), dry_run)
+            if in_flight is not None and in_flight.step == step.id and in_flight.maybe_sent:
+                record = self._in_flight(step, number, len(steps), dry_run)
+            else:
+                record = self._step(step, number, len(steps), dry_run)
             report.steps.append(record)
             self.on_event(StepDone(step, record))
             if record.status == "declined":
@@ -180,7 +195,58 @@ class Runner:
             report.reached_by = last_executed
         return report
 
-    def _step(self, step: Step, number: int, total: int, dry_run: bool) -> StepRecord:
+    def _in_flight(self, step: Step, number: int, total: int, dry_run: bool) -> StepRecord:
+        """A resumed run's step that was in flight: its command may have reached the host.
+
+        Its expected state (wait condition, else skip_if, else for_each_failing, else the
+        goal) is observed first; when it holds, nothing is sent. Otherwise a destructive
+        step is asked again, even with --yes; other steps run as usual.
+        """
+        started, t0 = self.wall_clock(), self.clock()
+        if step.wait is not None:
+            expected: Sequence[str] = step.wait.until
+        elif step.skip_if:
+            expected = step.skip_if
+        elif step.for_each_failing:
+            expected = (step.for_each_failing,)
+        else:
+            expected = self.runbook.goal
+        _, results = self.check(expected)
+        lost = "in flight when the run stopped (whether its command reached the host is unknown)"
+        if all_ok(results):
+            holds = "; its expected state holds: " + ", ".join(expected) + "; not sent again"
+            return StepRecord(step.id, "ok", started, self.clock() - t0, message=lost + holds)
+        if dry_run or not step.destructive:
+            return self._step(step, number, total, dry_run)
+        failing = "; ".join(r.message for r in results if not r.ok)
+        reason = f"step {step.id!r} was {lost}, and its expected state does not hold ({failing})"
+        commands = self._commands_for(step)
+        if not self.confirm(ConfirmRequest(step, commands, resend=reason)):
+            return StepRecord(
+                step.id,
+                "declined",
+                started,
+                self.clock() - t0,
+                message="the operator declined sending it again",
+                commands=commands,
+            )
+        return self._step(step, number, total, dry_run, confirmed=True)
+
+    def _commands_for(self, step: Step) -> tuple[str, ...]:
+        """The step's commands as shown (secrets masked), for a confirmation."""
+        if not step.run:
+            return ()
+        if not step.for_each_failing:
+            return (self.render(step.run, None, masked=True),)
+        state = self.observe(self.observations_for([step.for_each_failing]))
+        verdict = evaluate_check(
+            self.runbook.checks[step.for_each_failing], self.runbook, state, self.params
+        )
+        return tuple(self.render(step.run, item, masked=True) for item in verdict.failing)
+
+    def _step(
+        self, step: Step, number: int, total: int, dry_run: bool, *, confirmed: bool = False
+    ) -> StepRecord:
         started, t0 = self.wall_clock(), self.clock()
 
         def record(status: str, message: str = "", **extra: Any) -> StepRecord:
@@ -210,7 +276,12 @@ class Runner:
         self.on_event(StepStarting(step, number, total, commands))
         if dry_run:
             return record("planned", "dry run: not executed", commands=commands)
-        if step.destructive and commands and not self.confirm(ConfirmRequest(step, commands)):
+        if (
+            step.destructive
+            and commands
+            and not confirmed
+            and not self.confirm(ConfirmRequest(step, commands))
+        ):
             return record("declined", "the operator declined", commands=commands)
         if step.reboots:
             return self._reboot(step, sent, commands, record)

@@ -21,6 +21,7 @@ import paramiko
 from runbook_runner.errors import (
     AuthenticationFailed,
     ConnectionLost,
+    Interrupted,
     TransportError,
     Unreachable,
 )
@@ -98,6 +99,17 @@ class CommandResult:
         )
 
 
+@dataclass(frozen=True)
+class Held:
+    """A command started by :meth:`SshTransport.hold`: still running (``channel`` set) once it
+    printed its ready line, else ended with ``exit_status``."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    channel: paramiko.Channel | None = None
+
+
 PassphrasePrompt = Callable[[str], str | None]
 
 
@@ -118,6 +130,8 @@ class SshTransport:
         self.host_key: paramiko.PKey | None = None
         self.login_user: str | None = None
         self.is_root = False
+        # Called after every reconnect (the host lock re-takes itself); may raise to stop.
+        self.after_reconnect: list[Callable[[], None]] = []
 
     # -- connecting ------------------------------------------------------------
 
@@ -280,16 +294,26 @@ class SshTransport:
         # process group to end if the command outlives its timeout.
         wrapped = f"printf '%s%s\\n' {_PGID_MARK} $$ >&2; {command}"
         started = time.monotonic()
+        out, err = TailBuffer(output_limit), TailBuffer(output_limit)
         channel = self._open_channel()
         try:
             # Bytes, not str: a value given on the command line may hold bytes that are not
             # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
             channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
-            out, err, timed_out = _drain(channel, started + timeout, output_limit)
+            # Nothing is ever typed into a command: a command (or a sudo asking for a
+            # password) that reads stdin gets end-of-file at once, not a wait until its timeout.
+            channel.shutdown_write()
+            timed_out = _drain(channel, started + timeout, out, err)
             exit_status = None if timed_out else channel.recv_exit_status()
             if exit_status == -1 and not channel.get_transport().is_active():
                 # paramiko reports -1 when the connection died before the exit status came.
                 raise EOFError("the connection closed before the command ended")
+        except KeyboardInterrupt as interrupt:
+            # Ctrl-C, SIGTERM or SIGHUP: the command must not outlive the operator's run.
+            pgid = self._end_after_interrupt(channel, err, as_root and not self.is_root)
+            if isinstance(interrupt, Interrupted):
+                interrupt.ended_on_host = pgid
+            raise
         except (paramiko.SSHException, OSError, EOFError) as error:
             raise ConnectionLost(
                 f"{self.target.label}: connection lost while running a command ({error})",
@@ -314,6 +338,71 @@ class SshTransport:
             stderr_size=err.size - mark_size,
         )
 
+    def _end_after_interrupt(
+        self, channel: paramiko.Channel, err: TailBuffer, use_sudo: bool
+    ) -> str | None:
+        """End the interrupted command's process group; its id, or None if it never started."""
+        with contextlib.suppress(paramiko.SSHException, OSError, EOFError, TransportError):
+            pgid, _ = _pgid_mark(err.head)
+            deadline = time.monotonic() + 2.0
+            while pgid is None and not channel.closed and time.monotonic() < deadline:
+                # The mark is the first thing the remote shell prints: wait a moment for it.
+                if channel.recv_stderr_ready():
+                    err.add(channel.recv_stderr(65536))
+                    pgid, _ = _pgid_mark(err.head)
+                else:
+                    select.select([channel], [], [], 0.05)
+                    while channel.recv_ready():
+                        channel.recv(65536)
+            if pgid is None:
+                return None
+            self._end_process_group(pgid, use_sudo)
+            return pgid
+        return None
+
+    def hold(self, command: str, ready: str, timeout: float) -> Held:
+        """Start a command that runs for as long as this connection lives: its stdin stays
+        open until the returned channel is closed or the connection dies. It is held once
+        it prints the line ``ready``; if it exits first, its status and output come back."""
+        channel = self._open_channel()
+        out, err = TailBuffer(65536), TailBuffer(65536)
+        marker = ready.encode() + b"\n"
+        deadline = time.monotonic() + timeout
+        try:
+            channel.exec_command(command.encode("utf-8", "surrogateescape"))
+            while True:
+                while channel.recv_ready():
+                    out.add(channel.recv(65536))
+                while channel.recv_stderr_ready():
+                    err.add(channel.recv_stderr(65536))
+                text = out.bytes()
+                if marker in text:
+                    before = text[: text.index(marker)].decode("utf-8", "replace")
+                    return Held(None, before, err.bytes().decode("utf-8", "replace"), channel)
+                ended = channel.closed or (channel.eof_received and channel.exit_status_ready())
+                if ended and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    status = channel.recv_exit_status()
+                    _close_quietly(channel)
+                    return Held(
+                        status,
+                        text.decode("utf-8", "replace"),
+                        err.bytes().decode("utf-8", "replace"),
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    _close_quietly(channel)
+                    return Held(None, text.decode("utf-8", "replace"), "timed out")
+                if channel.eof_received:
+                    channel.status_event.wait(min(remaining, 0.2))
+                else:
+                    select.select([channel], [], [], min(remaining, 0.2))
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            _close_quietly(channel)
+            raise ConnectionLost(
+                f"{self.target.label}: connection lost while taking the lock ({error})",
+                "check the host; re-run, or resume the run",
+            ) from None
+
     def _open_channel(self) -> paramiko.Channel:
         transport = self._client.get_transport() if self._client else None
         if transport is None or not transport.is_active():
@@ -328,9 +417,10 @@ class SshTransport:
     def _end_process_group(self, pgid: str, use_sudo: bool) -> None:
         # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept.
         group = f"-{int(pgid)}"
+        # A short grace after TERM, then KILL: the caller's timeout is kept within a second.
         script = (
             f"kill -TERM {group} 2>/dev/null; i=0; "
-            f"while kill -0 {group} 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; "
+            f"while kill -0 {group} 2>/dev/null && [ $i -lt 5 ]; do sleep 0.1; i=$((i+1)); done; "
             f"kill -KILL {group} 2>/dev/null; true"
         )
         if use_sudo:
@@ -338,7 +428,8 @@ class SshTransport:
         channel = self._open_channel()
         try:
             channel.exec_command(script)
-            _drain(channel, time.monotonic() + 10, 4096)
+            channel.shutdown_write()
+            _drain(channel, time.monotonic() + 2, TailBuffer(4096), TailBuffer(4096))
         finally:
             _close_quietly(channel)
 
@@ -360,6 +451,8 @@ class SshTransport:
             and known.asbytes() != self.host_key.asbytes()
         ):
             raise host_key_changed(self.target.label, known, self.host_key)
+        for hook in self.after_reconnect:
+            hook()
         return self
 
     def close(self) -> None:
@@ -387,16 +480,19 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
-def _drain(
-    channel: paramiko.Channel, deadline: float, limit: int
-) -> tuple[TailBuffer, TailBuffer, bool]:
-    """Read stdout and stderr together until the command ends or the deadline passes.
+EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
+
+
+def _drain(channel: paramiko.Channel, deadline: float, out: TailBuffer, err: TailBuffer) -> bool:
+    """Read stdout and stderr together until the command ends or the deadline passes;
+    True when it timed out.
 
     Reading both streams in one loop is what keeps a chatty command from
     filling one window while we wait on the other (paramiko's recv_exit_status
-    warns about exactly that hang).
+    warns about exactly that hang). The exit status is the end: a background child
+    that keeps stdout open gets a short grace for its output, then is left behind.
     """
-    out, err = TailBuffer(limit), TailBuffer(limit)
+    exited_at: float | None = None
     while True:
         progressed = False
         while channel.recv_ready():
@@ -409,16 +505,22 @@ def _drain(
         # EOF (after all data on both streams) plus the status, with nothing left to read.
         finished = channel.closed or (channel.eof_received and channel.exit_status_ready())
         if finished and not channel.recv_ready() and not channel.recv_stderr_ready():
-            return out, err, False
-        remaining = deadline - time.monotonic()
+            return False
+        now = time.monotonic()
+        if channel.exit_status_ready():
+            exited_at = now if exited_at is None else exited_at
+            if now - exited_at >= EXIT_GRACE_S:
+                return False
+        remaining = deadline - now
         if remaining <= 0:
-            return out, err, True
+            return True
         if channel.eof_received and not channel.exit_status_ready():
             # All output is in; only the exit status is still on its way. The channel's
             # pipe stays readable after EOF, so selecting on it would spin: wait for the status.
             channel.status_event.wait(min(remaining, 0.5))
         elif not progressed:
-            select.select([channel], [], [], min(remaining, 0.5))
+            wait = min(remaining, 0.5 if exited_at is None else EXIT_GRACE_S / 3)
+            select.select([channel], [], [], wait)
 
 
 def _pgid_mark(head: bytes) -> tuple[str | None, int]:

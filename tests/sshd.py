@@ -179,6 +179,14 @@ class TestHost:
             check=False,
         )
 
+    def change_host_key(self) -> None:
+        """Give the server a new host key (read when sshd next starts): a reinstalled host,
+        or a man in the middle."""
+        host_key = self.root / "keys" / "host_ed25519"
+        host_key.unlink()
+        Path(f"{host_key}.pub").unlink()
+        self.host_public_key = keygen(host_key, "rbr-test-host-new")
+
     def drop_and_restart(self) -> None:
         """What a reboot does to SSH: every connection drops, then the server answers again."""
         descendants = _descendants(self.process.pid)
@@ -232,8 +240,9 @@ def _listening(port: int) -> bool:
         return False
 
 
-def start_test_host(extra_config: str = "") -> TestHost:
-    """Start one; ``extra_config`` goes first, so it wins over the defaults (first match wins)."""
+def start_test_host(extra_config: str = "", lock_dir: str | None = None) -> TestHost:
+    """Start one; ``extra_config`` goes first, so it wins over the defaults (first match wins).
+    ``lock_dir``: the host's $RUNBOOK_LOCK_DIR (default: the sim folder)."""
     user = _login_user()
     root = Path(tempfile.mkdtemp(prefix="rbr-sshd-"))
     root.chmod(0o755)
@@ -287,7 +296,7 @@ MaxSessions 200
 MaxStartups 100
 PrintMotd no
 LogLevel VERBOSE
-SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"} RUNBOOK_LOCK_DIR={sim}
+SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.log"} RUNBOOK_LOCK_DIR={lock_dir or sim}
 """
     )
     Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None

@@ -1,0 +1,97 @@
+"""Ctrl-C, SIGTERM and SIGHUP during a remote command end it on the host (issue 15, item 7).
+
+The signal goes to the test's own subprocess (the CLI) only; the remote command is a real
+``sleep`` started over SSH by the test user, whose end the test observes through /proc.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sshd import wait_for
+
+from runbook_runner.journal import read
+
+pytestmark = pytest.mark.ssh
+
+
+def gone(pid: int) -> bool:
+    """Ended (a zombie waiting for init counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+)
+def test_a_signal_ends_the_remote_command_journals_it_and_releases_the_lock(
+    gpu_host, tmp_path, run_journals_in_tmp, signum, code
+):
+    sim = gpu_host.root / "sim"
+    pid_file = sim / "sleeper.pid"
+    pid_file.unlink(missing_ok=True)
+    runbook = tmp_path / "sleepy.yaml"
+    runbook.write_text(
+        f"""name: sleepy
+title: A destructive step that sleeps
+summary: For the interrupt tests.
+observations:
+  marker:
+    command: cat {sim}/never 2>/dev/null || true
+    parser: lines
+checks:
+  never: {{description: never true, expect: count(marker) == 1}}
+goal: [never]
+steps:
+  - id: sleep
+    title: Sleep on the host
+    run: 'sleep 60 & echo $! > {pid_file}; wait'
+    destructive: true
+    affects: process
+    timeout: 120
+"""
+    )
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "run",
+            str(runbook),
+            *gpu_host.cli_args(),
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        pid = int(
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the sleeper")
+        )
+        assert not gone(pid)
+        runner.send_signal(signum)
+        out, err = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == code, out + err
+    assert f"interrupted ({signal.Signals(signum).name})" in err
+    assert "ended on the host" in err
+    wait_for(lambda: gone(pid), 10, "the remote command to end")
+    (path,) = run_journals_in_tmp.glob("*.jsonl")
+    end = read(path).events[-1]
+    assert end["event"] == "run-end"
+    assert end["outcome"] == "interrupted"
+    assert end["signal"] == signal.Signals(signum).name
+    assert end["ended_on_host"].startswith("process group ")
+    assert not (sim / "runbook-runner.lock").exists()  # released

@@ -1,0 +1,116 @@
+"""Timeouts that mean what they say (issue 15, item 10), against the real sshd.
+
+Durations are checked against the timeout asked for, with a second's slack either way:
+what is tested is that a command ends when it ends (or at its timeout), not how fast
+the machine is.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import paramiko.packet
+import pytest
+from sshd import start_test_host, wait_for
+
+from runbook_runner.transport import SshTransport, resolve_target
+
+pytestmark = pytest.mark.ssh
+
+
+def timed(transport, command: str, timeout: float, **options):
+    started = time.monotonic()
+    result = transport.run(command, timeout, **options)
+    return result, time.monotonic() - started
+
+
+def test_a_command_that_reads_stdin_gets_end_of_file_not_a_timeout(connect):
+    result, took = timed(connect(), "cat; echo got-eof", 8)
+    assert result.exit_status == 0
+    assert not result.timed_out
+    assert result.stdout == "got-eof\n"
+    assert took < 3
+
+
+def test_a_password_prompt_that_reads_stdin_fails_at_once(connect):
+    # What a sudo that asks for a password does with -S: it reads the answer from stdin.
+    prompt = "printf 'Password: ' >&2; read answer || { echo 'no password' >&2; exit 1; }"
+    result, took = timed(connect(), prompt, 8)
+    assert result.exit_status == 1
+    assert "no password" in result.stderr
+    assert took < 3
+
+
+def test_the_exit_status_ends_a_command_whose_background_child_holds_stdout(gpu_host, connect):
+    pid_file = gpu_host.root / "sim" / "background.pid"
+    pid_file.unlink(missing_ok=True)
+    result, took = timed(connect(), f"sleep 6 & echo $! > {pid_file}; echo started", 10)
+    assert result.exit_status == 0, result
+    assert not result.timed_out
+    assert result.stdout == "started\n"
+    assert took < 3
+    pid = int(pid_file.read_text())
+    # The background child was the command's own choice: it finishes on its own.
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 15, "the child")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_a_command_that_ignores_sigterm_still_ends_within_a_second_of_its_timeout(
+    gpu_host, connect
+):
+    pid_file = gpu_host.root / "sim" / "stubborn.pid"
+    pid_file.unlink(missing_ok=True)
+    command = f"trap '' TERM; sleep 60 & echo $! > {pid_file}; wait"
+    result, took = timed(connect(), command, 2)
+    assert result.timed_out
+    assert 2 - 1 <= took <= 2 + 1, took
+    pid = int(pid_file.read_text())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, "the group to end")
+
+
+def test_a_root_command_whose_sudo_wants_a_password_fails_within_its_timeout(gpu_host, connect):
+    (gpu_host.root / "sim" / "no-sudo").touch()
+    try:
+        result, took = timed(connect(), "sleep 30", 8, as_root=True)
+    finally:
+        (gpu_host.root / "sim" / "no-sudo").unlink()
+    assert result.exit_status == 1
+    assert "a password is required" in result.stderr
+    assert result.command.startswith("sudo -n ")  # never a prompt
+    assert took < 8 + 1
+
+
+def test_a_flood_across_many_re_keys_keeps_the_connection(monkeypatch):
+    """Both sides re-key every few MB (sshd RekeyLimit, paramiko's byte limit lowered), so a
+    64 MB flood crosses dozens of key exchanges. Measured once here at full size: 600 MB in
+    6.5 s, across paramiko's own 512 MB re-key, exit 0, every byte counted."""
+    monkeypatch.setattr(paramiko.packet.Packetizer, "REKEY_BYTES", 4 * 2**20)
+    host = start_test_host(extra_config="RekeyLimit 2M")
+    try:
+        transport = SshTransport(
+            resolve_target(
+                "127.0.0.1",
+                port=host.port,
+                user=host.user,
+                identity_files=[str(host.client_key)],
+                known_hosts=host.known_hosts,
+                connect_timeout=5.0,
+            )
+        ).connect()
+        with transport:
+            size = 64 * 2**20
+            result = transport.run(f"head -c {size} /dev/zero; echo done >&2", 120)
+            assert result.exit_status == 0
+            assert result.stdout_size == size
+            assert result.stderr == "done\n"
+            assert transport.run("echo still-here", 10).stdout == "still-here\n"
+    finally:
+        host.stop()
