@@ -436,6 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LockUnavailable as error:
         _err(f"runbook: {error}")
         return ExitCode.LOCKED
+    except journal_module.UnknownRun as error:
+        _err(f"runbook: {error}")
+        return ExitCode.BAD_INPUT
     except journal_module.JournalError as error:
         _err(f"runbook: {error}")
         return ExitCode.JOURNAL

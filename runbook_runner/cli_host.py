@@ -342,7 +342,10 @@ def _latest_run(run: str, folder: Path) -> Path:
 
 def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, ResumePlan]:
     """The journal to continue (a run id, or the path of a --journal FILE) and its plan."""
-    path = journal_module.find(args.resume, _journal_folder())
+    try:
+        path = journal_module.find(args.resume, _journal_folder())
+    except journal_module.UnknownRun as error:  # nothing to resume from: exit 7, not 2
+        raise journal_module.JournalError(f"cannot resume: {error}") from None
     journal = journal_module.read(path)
     if journal.damaged:
         line = journal.damaged[0]

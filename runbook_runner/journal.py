@@ -30,6 +30,10 @@ class JournalError(RunbookRunnerError):
     pass
 
 
+class UnknownRun(JournalError):
+    """A run id, prefix or path that names no single journal: bad input, not a bad journal."""
+
+
 def default_dir(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "runbook-runner" / "runs"
@@ -131,13 +135,13 @@ def find(run: str, folder: Path) -> Path:
     if candidate.is_file():
         return candidate
     if "/" in run or candidate.suffix == ".jsonl":
-        raise JournalError(f"no journal file {run}")
+        raise UnknownRun(f"no journal file {run}")
     matches = sorted(folder.glob(f"{run}*.jsonl")) if folder.is_dir() else []
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise JournalError(f"no run {run!r} in {folder}; see 'runbook runs'")
-    raise JournalError(f"{run!r} matches {len(matches)} runs; give more of the id")
+        raise UnknownRun(f"no run {run!r} in {folder}; see 'runbook runs'")
+    raise UnknownRun(f"{run!r} matches {len(matches)} runs; give more of the id")
 
 
 def summary(path: Path) -> dict[str, Any]:
