@@ -1,0 +1,93 @@
+"""Many simulated GPU servers in one process, each on its own port of 127.0.0.1.
+
+Each host has its own host key and its own state (a :class:`DrillHost`); one client key
+is accepted by all, as an operator's key would be. One thread accepts on every port.
+Used by the fleet benchmark and tests; nothing here touches the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import paramiko
+
+from runbook_runner.simhost.model import SimHost, eight_gpu_server
+from runbook_runner.simhost.sshserver import DrillHost
+
+
+class SimFleet:
+    def __init__(
+        self, count: int, state: Callable[[int], SimHost] = lambda index: eight_gpu_server()
+    ) -> None:
+        self.client_key = paramiko.ECDSAKey.generate()
+        self.hosts: list[DrillHost] = []
+        self._selector = selectors.DefaultSelector()
+        self._closed = threading.Event()
+        for index in range(count):
+            host = DrillHost(state(index))
+            host.client_key = self.client_key
+            listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+            listener.setblocking(False)
+            host._listener = listener
+            self._selector.register(listener, selectors.EVENT_READ, host)
+            self.hosts.append(host)
+        self._thread = threading.Thread(target=self._accept_loop, name="simfleet", daemon=True)
+
+    def start(self) -> SimFleet:
+        self._thread.start()
+        return self
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            for key, _ in self._selector.select(timeout=0.2):
+                host: DrillHost = key.data
+                try:
+                    sock, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                except OSError:
+                    continue
+                sock.setblocking(True)
+                if host.is_down():
+                    sock.close()
+                    continue
+                threading.Thread(target=host._serve, args=(sock,), daemon=True).start()
+
+    def stop(self) -> None:
+        self._closed.set()
+        for host in self.hosts:
+            host.stop()
+        with contextlib.suppress(Exception):
+            self._selector.close()
+
+    def write_files(self, folder: Path, prefix: str = "sim") -> dict[str, Path]:
+        """known_hosts, an Ansible inventory (INI), an ssh_config and the client key, for
+        runbook and for OpenSSH (clush): host ``sim0001`` is 127.0.0.1 on its port."""
+        folder.mkdir(parents=True, exist_ok=True)
+        key = folder / "client_key"
+        self.client_key.write_private_key_file(str(key))
+        known = folder / "known_hosts"
+        inventory = folder / "inventory.ini"
+        config = folder / "ssh_config"
+        width = max(4, len(str(len(self.hosts))))
+        known_lines, inventory_lines, config_lines = [], ["[sim]"], []
+        for index, host in enumerate(self.hosts, 1):
+            name = f"{prefix}{index:0{width}d}"
+            host_key = host.host_key
+            known_lines.append(
+                f"[127.0.0.1]:{host.port} {host_key.get_name()} {host_key.get_base64()}"
+            )
+            inventory_lines.append(f"{name} ansible_host=127.0.0.1 ansible_port={host.port}")
+            config_lines.append(f"Host {name}\n  HostName 127.0.0.1\n  Port {host.port}")
+        config_lines.append(
+            f"Host *\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+        )
+        inventory_lines.append("[sim:vars]\nansible_user=root")
+        known.write_text("\n".join(known_lines) + "\n")
+        inventory.write_text("\n".join(inventory_lines) + "\n")
+        config.write_text("\n".join(config_lines))
+        return {"key": key, "known_hosts": known, "inventory": inventory, "ssh_config": config}
