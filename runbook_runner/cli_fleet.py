@@ -8,6 +8,7 @@ never interleave and a prompt is never shown while another host asks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import queue
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runbook_runner import cli_host, console, render
 from runbook_runner.errors import (
@@ -151,10 +152,8 @@ def _transport_outcome(
     args: argparse.Namespace, host: FleetHost, error: TransportError, started: float
 ) -> HostOutcome:
     labels = [host.name, host.address or ""]
-    try:
+    with contextlib.suppress(TransportError):
         labels.insert(0, _target(args, host).label)
-    except TransportError:
-        pass
     message = summary.without_label(str(error), *labels)
     refused = isinstance(error, AuthenticationFailed | UnknownHostKey | HostKeyChanged)
     kind = summary.REFUSED if refused else summary.UNREACHABLE
@@ -340,8 +339,7 @@ def _fleet_run(args: argparse.Namespace) -> int:
     mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
     plan = batches(hosts, args.serial)
     out.line(
-        f"{runbook.name} on {len(hosts)} hosts, {args.serial} at a time "
-        f"({len(plan)} batches){mode}"
+        f"{runbook.name} on {len(hosts)} hosts, {args.serial} at a time ({len(plan)} batches){mode}"
     )
     asks = runbook.destructive and not args.dry_run and not args.yes and sys.stdin.isatty()
     outcomes: list[HostOutcome] = []
@@ -433,6 +431,19 @@ def _ask_batch(
     return answer.strip().lower() in {"y", "yes"}
 
 
+def _named(transport: SshTransport, name: str) -> SshTransport:
+    """The transport as the journal sees it: named as the inventory or node set names the host
+    (``gpu07``), not by the address it was reached at."""
+    import dataclasses
+    import types
+
+    target = dataclasses.replace(transport.target, host=name)
+    view = types.SimpleNamespace(
+        target=target, login_user=transport.login_user, host_key=transport.host_key
+    )
+    return cast("SshTransport", view)
+
+
 def _run_one(
     args: argparse.Namespace,
     runbook: Runbook,
@@ -451,8 +462,13 @@ def _run_one(
     journal_path = ""
     try:
         with _connect(args, host, messages) as transport:
-            one = argparse.Namespace(**{**vars(args), "journal": None})
-            journal, run_id = cli_host._open_journal(one, runbook, transport, params, None)
+            journal, run_id = cli_host._open_journal(
+                argparse.Namespace(**{**vars(args), "journal": None}),
+                runbook,
+                _named(transport, host.name),
+                params,
+                None,
+            )
             journal_path = str(journal.path)
             recorder = Recorder(journal, runbook, params)
             messages.put(f"{host.name}: journal: {journal.path}")
@@ -489,7 +505,7 @@ def _run_one(
             runner = Runner(runbook, params, transport, on_event=on_event, confirm=confirm)
             lock = None
             if runbook.destructive and not args.dry_run:
-                lock = HostLock(transport, transport.target.label, cli_host._lock_owner(run_id))
+                lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
                 try:
                     lock.acquire(break_stale=args.break_lock)
                 except HostLocked:
@@ -545,7 +561,9 @@ def _run_one(
         blocked = any("reboots" in r for r in refusals)
         reason = refusals[0] if refusals else "declined"
         code = ExitCode.GOAL_NOT_MET if blocked else ExitCode.DECLINED
-        return HostOutcome(host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record)
+        return HostOutcome(
+            host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
+        )
     if args.dry_run:
         return HostOutcome(host.name, summary.OK, ExitCode.OK, "planned (dry run)", elapsed, record)
     if report.ok:

@@ -30,7 +30,9 @@ def fan_out(
     pending = {pool.submit(work, host) for host in hosts}
     try:
         while pending:
-            done, pending = futures.wait(pending, timeout=tick_s, return_when=futures.FIRST_COMPLETED)
+            done, pending = futures.wait(
+                pending, timeout=tick_s, return_when=futures.FIRST_COMPLETED
+            )
             for future in done:
                 yield future.result()
             tick()

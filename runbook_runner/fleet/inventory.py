@@ -96,12 +96,18 @@ class _Builder:
 
         groups = {name: frozenset(hosts_of(name)) for name in self.members}
         groups["all"] = frozenset(self.hosts)
-        ungrouped = [h for h in self.hosts if not any(h in g for n, g in groups.items() if n != "all" and n != "ungrouped")]
+        ungrouped = [
+            h
+            for h in self.hosts
+            if not any(h in g for n, g in groups.items() if n != "all" and n != "ungrouped")
+        ]
         groups["ungrouped"] = frozenset(ungrouped)
         hosts: dict[str, HostVars] = {}
         for name, own in self.hosts.items():
             merged: dict[str, Any] = {}
-            for group in sorted((g for g in groups if name in groups[g]), key=lambda g: (depth.get(g, 0), g)):
+            for group in sorted(
+                (g for g in groups if name in groups[g]), key=lambda g: (depth.get(g, 0), g)
+            ):
                 merged.update(self.group_vars.get(group, {}))
             merged.update(own)
             hosts[name] = _host_vars(name, merged, self.source)
@@ -134,7 +140,9 @@ def _host_vars(name: str, variables: Mapping[str, Any], source: str) -> HostVars
         try:
             port = int(port)
         except (TypeError, ValueError):
-            raise InventoryError(f"{source}: host {name}: ansible_port {port!r} is not a number") from None
+            raise InventoryError(
+                f"{source}: host {name}: ansible_port {port!r} is not a number"
+            ) from None
         if not 0 < port < 65536:
             raise InventoryError(f"{source}: host {name}: ansible_port {port} is out of range")
     return HostVars(
@@ -162,7 +170,9 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
     elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
         values = [chr(c) for c in range(ord(start), ord(end) + 1, stride)]
     else:
-        raise InventoryError(f"{where}: host range {match.group()!r} is neither numeric nor one letter to one letter")
+        raise InventoryError(
+            f"{where}: host range {match.group()!r} is neither numeric nor one letter to one letter"
+        )
     if not values:
         raise InventoryError(f"{where}: host range {match.group()!r} is empty")
     return [name for value in values for name in expand_host_pattern(head + value + tail, where)]
@@ -179,7 +189,9 @@ def parse_yaml(text: str, source: str) -> Inventory:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise InventoryError(f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
+        raise InventoryError(
+            f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})"
+        ) from None
     builder = _Builder(source)
     if document is None:
         return builder.build()
@@ -278,7 +290,18 @@ def parse_ini(text: str, source: str) -> Inventory:
 
 def parse(text: str, source: str) -> Inventory:
     """YAML when the file says so (.yml/.yaml, or a first line that reads like YAML), else INI."""
-    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), "")
-    if source.endswith((".yml", ".yaml")) or first == "---" or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first):
+    first = next(
+        (
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ),
+        "",
+    )
+    if (
+        source.endswith((".yml", ".yaml"))
+        or first == "---"
+        or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first)
+    ):
         return parse_yaml(text, source)
     return parse_ini(text, source)

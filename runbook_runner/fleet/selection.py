@@ -27,7 +27,9 @@ class FleetHost:
 
     name: str
     user: str | None = None  # from USER@nodeset, or the inventory's ansible_user
-    address: str | None = None  # the inventory's ansible_host: connect there, ssh_config applies to it
+    address: str | None = (
+        None  # the inventory's ansible_host: connect there, ssh_config applies to it
+    )
     port: int | None = None
     identity: str | None = None
 
