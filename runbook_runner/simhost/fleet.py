@@ -11,6 +11,7 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,16 +21,31 @@ from runbook_runner.simhost.model import SimHost, eight_gpu_server
 from runbook_runner.simhost.sshserver import DrillHost
 
 
+class FleetHost(DrillHost):
+    """A drill host that also closes each channel after the exit status, as sshd does:
+    OpenSSH's client (under clush) waits for that close; paramiko's does not need it."""
+
+    CLOSE_AFTER_S = 0.05  # after the exec request's reply, which paramiko sends on return
+
+    def respond(
+        self, channel: paramiko.Channel, transport: paramiko.Transport, command: str
+    ) -> None:
+        super().respond(channel, transport, command)
+        time.sleep(self.CLOSE_AFTER_S)
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            channel.close()
+
+
 class SimFleet:
     def __init__(
         self, count: int, state: Callable[[int], SimHost] = lambda index: eight_gpu_server()
     ) -> None:
         self.client_key = paramiko.ECDSAKey.generate()
-        self.hosts: list[DrillHost] = []
+        self.hosts: list[FleetHost] = []
         self._selector = selectors.DefaultSelector()
         self._closed = threading.Event()
         for index in range(count):
-            host = DrillHost(state(index))
+            host = FleetHost(state(index))
             host.client_key = self.client_key
             listener = socket.create_server(("127.0.0.1", 0), backlog=128)
             listener.setblocking(False)
@@ -54,7 +70,16 @@ class SimFleet:
                 if host.is_down():
                     sock.close()
                     continue
-                threading.Thread(target=host._serve, args=(sock,), daemon=True).start()
+                threading.Thread(target=self._serve, args=(host, sock), daemon=True).start()
+
+    @staticmethod
+    def _serve(host: DrillHost, sock: socket.socket) -> None:
+        try:
+            host._serve(sock)
+        finally:
+            # OpenSSH's client (clush) waits for the server to hang up after its disconnect.
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def stop(self) -> None:
         self._closed.set()
