@@ -191,6 +191,8 @@ def _fleet_check(args: argparse.Namespace) -> int:
 
     if args.json and args.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook check")
+    if args.forks < 1:
+        raise UsageError("--forks must be at least 1", "runbook check")
     try:
         hosts = _select(args)
     except _Stop:

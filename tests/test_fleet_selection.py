@@ -164,3 +164,55 @@ def test_rollout_batches_and_max_fail():
     assert may_continue(0, 1)
     assert not may_continue(1, 1)
     assert may_continue(5, None)
+
+
+def test_a_single_host_command_does_not_load_clustershell():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    probe = (
+        "import sys; from runbook_runner.cli import build_parser; "
+        "build_parser().parse_args(['check', 'x', '--host', 'h']); "
+        "print('ClusterShell' in ' '.join(sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "gpu-node-health"], "name a host: --host HOST, --hosts NODESET"),
+        (["check", "gpu-node-health", "--hosts", "gpu[1-", "--forks", "0"], "--forks must be"),
+        (["check", "gpu-node-health", "--hosts", "gpu[1-"], "missing bracket"),
+        (["check", "gpu-node-health", "--host", "h", "--jsonl"], "--jsonl is for many hosts"),
+        (
+            ["run", "gpu-oom-recovery", "--hosts", "g[1-2]", "--journal", "j"],
+            "--journal is for one",
+        ),
+        (["run", "gpu-oom-recovery", "--hosts", "g[1-2]", "--serial", "0"], "--serial must be"),
+    ],
+)
+def test_fleet_usage_errors_are_one_line_exit_2(in_repo, capsys, argv, message):
+    from runbook_runner.cli import main
+
+    assert main(argv) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_broken_inventory_is_one_line_with_file_and_line(in_repo, capsys, tmp_path):
+    from runbook_runner.cli import main
+
+    inventory = tmp_path / "hosts"
+    inventory.write_text("[gpus]\ngpu1 ansible_port\n")
+    assert main(["check", "gpu-node-health", "--inventory", str(inventory)]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"runbook: {inventory}:2: expected NAME=VALUE, found 'ansible_port'"
+    )
