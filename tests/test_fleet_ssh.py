@@ -379,3 +379,34 @@ def test_a_declined_batch_runs_nothing_there_or_after(fleet, files):
     assert result.stdout.count("Run on these") == 1
     assert not any(resets(host) for host in fleet)
     assert "gpu[1-3]: not started — batch 1 was declined" in result.stdout
+
+
+def test_a_terminal_shows_the_progress_line(fleet, files):
+    import pty
+
+    orphan(fleet[1])
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runbook_runner", "check", files["runbook"], "--inventory",
+         files["ini"], "--known-hosts", files["known"]],
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    assert process.wait(timeout=60) == ExitCode.HOST_UNREACHABLE
+    text = output.decode()
+    assert "\r\x1b[K4/4 hosts, 1 failing, 1 unreachable" in text
+    assert "gpu[1,3]: ok" in text
