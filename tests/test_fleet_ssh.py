@@ -410,3 +410,28 @@ def test_a_terminal_shows_the_progress_line(fleet, files):
     text = output.decode()
     assert "\r\x1b[K4/4 hosts, 1 failing, 1 unreachable" in text
     assert "gpu[1,3]: ok" in text
+
+
+def test_groups_from_clustershells_configuration_without_an_inventory(fleet, files, tmp_path):
+    (tmp_path / "groups.d").mkdir()
+    (tmp_path / "groups.d" / "site.yaml").write_text('site:\n    gpus: "gpu[1-3]"\n')
+    (tmp_path / "groups.conf").write_text(
+        f"[Main]\ndefault: site\nautodir: {tmp_path / 'groups.d'}\n"
+    )
+    command = [
+        sys.executable, "-m", "runbook_runner", "check", files["runbook"], "--hosts", "@gpus",
+        "--user", fleet[0].user, *files["common"],
+    ]  # fmt: skip
+    env = {**os.environ, "CLUSTERSHELL_CFGDIR": str(tmp_path), "NO_COLOR": "1"}
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False
+    )
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    assert "gpu[1-3]: ok" in result.stdout
+    (tmp_path / "groups.conf").write_text("[Main]\ndefault: nowhere\n")
+    broken = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False
+    )
+    assert broken.returncode == ExitCode.BAD_INPUT
+    assert "Traceback" not in broken.stderr
+    assert len(broken.stderr.strip().splitlines()) == 1

@@ -53,7 +53,9 @@ def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, l
     """``user@gpu[1-4]`` -> ("user", [gpu1, ..., gpu4]); ``@group`` from the inventory or
     ClusterShell's groups configuration. Node-set operators (``!``, ``&``, ``^``) work."""
     from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
 
+    failures = (NodeSetException, GroupResolverError, GroupSourceError)
     text = spec.strip()
     user = None
     match = _USER.match(text)
@@ -65,7 +67,7 @@ def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, l
     for group in _GROUP.findall(text):
         try:
             found = NodeSet(f"@{group}", resolver=resolver)
-        except NodeSetException as error:
+        except failures as error:
             raise SelectionError(f"--hosts {spec!r}: group @{group}: {error}") from None
         if len(found) == 0:
             where = (
@@ -76,7 +78,7 @@ def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, l
             raise SelectionError(f"--hosts {spec!r}: no group @{group} with hosts in {where}")
     try:
         nodes = NodeSet(text, resolver=resolver)
-    except NodeSetException as error:
+    except failures as error:
         raise SelectionError(f"--hosts {spec!r}: {error}") from None
     return user, list(nodes)
 
