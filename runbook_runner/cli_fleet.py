@@ -283,10 +283,18 @@ def _gather(
             out.live(summary.progress(len(seen), everything, seen))
 
     tick()
-    for outcome in fan_out(hosts, work, forks, tick=tick):
-        outcomes.append(outcome)
-        if jsonl:
-            print(json.dumps(outcome.to_json()), flush=True)
+    try:
+        for outcome in fan_out(hosts, work, forks, tick=tick):
+            outcomes.append(outcome)
+            if jsonl:
+                print(json.dumps(outcome.to_json()), flush=True)
+    except KeyboardInterrupt:
+        out.end_live()
+        out.line(
+            "interrupted: no further host starts; hosts already started finish what they are "
+            "doing (each run's journal records it) before this command exits"
+        )
+        raise
     messages.drain(out)
     out.end_live()
     return outcomes
