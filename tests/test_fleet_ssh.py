@@ -435,3 +435,26 @@ def test_groups_from_clustershells_configuration_without_an_inventory(fleet, fil
     assert broken.returncode == ExitCode.BAD_INPUT
     assert "Traceback" not in broken.stderr
     assert len(broken.stderr.strip().splitlines()) == 1
+
+
+def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, files, capsys):
+    from runbook_runner.hostlock import LOCK_NAME
+
+    for host in fleet:
+        orphan(host)
+    lock = fleet[1].root / "sim" / LOCK_NAME
+    held = fleet[1].ssh(f"mkdir {lock} && printf '%s' '{{\"operator\": \"alice\"}}' > {lock}/owner")
+    assert held.returncode == 0, held.stderr
+    try:
+        code, out, _ = cli(
+            capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--yes",
+            "--user", fleet[0].user, *files["common"],
+        )  # fmt: skip
+    finally:
+        fleet[1].ssh(f"rm -rf {lock}")
+    assert code == ExitCode.LOCKED
+    assert "gpu2: locked — gpu2 is locked by alice" in out
+    assert resets(fleet[1]) == []
+    assert resets(fleet[0])
+    assert resets(fleet[2])
+    assert "gpu[1,3]: ok — goal reached by reset-gpus" in out
