@@ -357,7 +357,7 @@ def _fleet_run(args: argparse.Namespace) -> int:
     for number, batch in enumerate(plan, 1):
         failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
         if not may_continue(failures, args.max_fail):
-            stopped = f"not started — {failures} hosts failed (--max-fail {args.max_fail})"
+            stopped = f"not started — {_count(failures)} failed (--max-fail {args.max_fail})"
             break
         approved = args.yes
         if asks:
@@ -403,6 +403,10 @@ def _fleet_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _count(hosts: int) -> str:
+    return "1 host" if hosts == 1 else f"{hosts} hosts"
+
+
 def _not_started(hosts: Sequence[FleetHost], line: str, code: ExitCode) -> list[HostOutcome]:
     return [HostOutcome(h.name, summary.NOT_STARTED, code, line, 0.0, {"ok": False}) for h in hosts]
 
@@ -421,7 +425,7 @@ def _ask_batch(
     names = fold(h.name for h in batch)
     out.line(
         out.style(
-            f"Batch {number}/{total}: {len(batch)} hosts: {printable(names)}", "yellow", "bold"
+            f"Batch {number}/{total}: {_count(len(batch))}: {printable(names)}", "yellow", "bold"
         )
     )
     out.line("  Destructive steps that run where the goal does not hold yet:")
@@ -435,7 +439,7 @@ def _ask_batch(
         if step.run is not None:
             out.line(f"      $ {step.run.source}")
     try:
-        answer = input(f"  Run on these {len(batch)} hosts? [y/N] ")
+        answer = input(f"  Run on {'this host' if len(batch) == 1 else 'these hosts'}? [y/N] ")
     except EOFError:
         answer = ""
     return answer.strip().lower() in {"y", "yes"}

@@ -289,7 +289,7 @@ def test_serial_rollout_stops_after_max_fail_and_gives_each_host_a_journal(
     assert resets(fleet[2]) == []  # not started: the rollout stopped at one failure
     assert "gpu1: ok — goal reached by reset-gpus" in out
     assert "gpu2: goal NOT reached" in out
-    assert "gpu3: not started — 1 hosts failed (--max-fail 1)" in out
+    assert "gpu3: not started — 1 host failed (--max-fail 1)" in out
     journals = sorted(p.name for p in run_journals_in_tmp.glob("*.jsonl"))
     assert len(journals) == 2
     assert "-fleet-health-gpu1-" in journals[0] + journals[1]
@@ -359,10 +359,10 @@ def test_a_destructive_rollout_asks_once_per_batch_listing_hosts_and_steps(fleet
         orphan(host)
     result = _rollout_on_a_terminal(files, fleet[0].user, "y\ny\n", "--serial", "2")
     assert result.returncode == ExitCode.OK, result.stdout + result.stderr
-    assert result.stdout.count("Run on these") == 2  # two batches, two questions
+    assert result.stdout.count("Run on th") == 2  # two batches, two questions
     assert "Run it?" not in result.stdout  # no question per step or per host
     assert "Batch 1/2: 2 hosts: gpu[1-2]" in result.stdout
-    assert "Batch 2/2: 1 hosts: gpu3" in result.stdout
+    assert "Batch 2/2: 1 host: gpu3" in result.stdout
     assert "reset-gpus: Reset only the GPUs that still hold memory (affects gpu)" in result.stdout
     assert "$ nvidia-smi --gpu-reset -i {{ item.index }}" in result.stdout
     assert all(resets(host) for host in fleet)
@@ -376,7 +376,7 @@ def test_a_declined_batch_runs_nothing_there_or_after(fleet, files):
         orphan(host)
     result = _rollout_on_a_terminal(files, fleet[0].user, "n\n", "--serial", "2")
     assert result.returncode == ExitCode.DECLINED
-    assert result.stdout.count("Run on these") == 1
+    assert result.stdout.count("Run on th") == 1
     assert not any(resets(host) for host in fleet)
     assert "gpu[1-3]: not started — batch 1 was declined" in result.stdout
 
