@@ -458,3 +458,15 @@ def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, file
     assert resets(fleet[0])
     assert resets(fleet[2])
     assert "gpu[1,3]: ok — goal reached by reset-gpus" in out
+
+
+def test_a_dry_run_rollout_asks_nothing_and_changes_nothing(fleet, files, capsys):
+    for host in fleet:
+        orphan(host)
+    code, out, _ = cli(
+        capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--dry-run",
+        "--user", fleet[0].user, *files["common"],
+    )  # fmt: skip
+    assert code == ExitCode.OK, out
+    assert "gpu[1-3]: planned (dry run)" in out
+    assert not any(resets(host) for host in fleet)
