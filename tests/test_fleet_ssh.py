@@ -470,3 +470,23 @@ def test_a_dry_run_rollout_asks_nothing_and_changes_nothing(fleet, files, capsys
     assert code == ExitCode.OK, out
     assert "gpu[1-3]: planned (dry run)" in out
     assert not any(resets(host) for host in fleet)
+
+
+def test_a_host_that_never_speaks_ssh_times_out_as_its_own_outcome(fleet, files, capsys, tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts TCP, never says a word
+        inventory = tmp_path / "hosts.ini"
+        inventory.write_text(
+            f"gpu1 ansible_host=127.0.0.1 ansible_port={fleet[0].port} "
+            f"ansible_ssh_private_key_file={fleet[0].client_key} ansible_user={fleet[0].user}\n"
+            f"mute1 ansible_host=127.0.0.1 ansible_port={silent.getsockname()[1]}\n"
+        )
+        code, out, _ = cli(
+            capsys, "check", files["runbook"], "--inventory", str(inventory), "--known-hosts",
+            files["known"], "--connect-timeout", "0.5",
+        )  # fmt: skip
+    assert code == ExitCode.HOST_UNREACHABLE
+    assert "gpu1: ok" in out
+    assert "mute1: unreachable — SSH handshake failed" in out
+    assert out.splitlines()[-1] == "2 hosts: 1 ok, 1 unreachable"
