@@ -145,7 +145,12 @@ def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> 
         )
 
     # No passphrase prompt from a worker thread: an encrypted key needs ssh-agent here.
-    return SshTransport(target, None, recorded).connect()
+    transport = SshTransport(target, None, recorded)
+    try:
+        return transport.connect()
+    except BaseException:
+        transport.close()  # a connection that failed half-way holds a thread and a socket
+        raise
 
 
 def _transport_outcome(
