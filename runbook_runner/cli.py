@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from runbook_runner import __version__, cli_host, exitcodes, render
+from runbook_runner import __version__, cli_fleet, cli_host, exitcodes, render
 from runbook_runner import journal as journal_module
 from runbook_runner.catalog import UnknownRunbook
 from runbook_runner.errors import NeedsConfirmation, TransportError, UsageError
@@ -121,7 +121,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _add_host_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
-    sub.add_argument("--host", required=True, help="HOST, USER@HOST, or a Host of ~/.ssh/config")
+    sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
+    _add_fleet_options(sub)
     ssh = sub.add_argument_group("SSH")
     ssh.add_argument("--port", type=int, help="SSH port (default: ~/.ssh/config, else 22)")
     ssh.add_argument("--user", help="login user (default: ~/.ssh/config, else yours)")
@@ -145,6 +146,29 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
         "--connect-timeout", type=float, default=10.0, metavar="SECONDS", help="default 10"
     )
     _add_value_options(sub)
+
+
+def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
+    """Many hosts: node sets, an Ansible inventory, --limit; see cli_fleet.py."""
+    fleet = sub.add_argument_group("many hosts")
+    fleet.add_argument(
+        "--hosts",
+        action="append",
+        metavar="NODESET",
+        help="hosts as a node set: gpu[001-128], user@gpu[1-4], @group (repeatable)",
+    )
+    fleet.add_argument(
+        "--inventory", metavar="FILE", help="an Ansible inventory (YAML or INI): hosts and groups"
+    )
+    fleet.add_argument(
+        "--limit", metavar="PATTERN", help="narrow the hosts as Ansible does: 'gpus:!gpu3'"
+    )
+    fleet.add_argument(
+        "--forks", type=int, default=32, metavar="N", help="hosts at once for check (default 32)"
+    )
+    fleet.add_argument(
+        "--jsonl", action="store_true", help="one JSON line per host on stdout as each finishes"
+    )
 
 
 def _add_value_options(sub: argparse.ArgumentParser) -> None:
@@ -232,14 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     check = add(
         "check",
-        cli_host.cmd_check,
+        cli_fleet.cmd_check,
         "observe a host and check a runbook's goal (read-only)",
-        "runbook check gpu-node-health --host 10.1.230.174",
+        "runbook check gpu-node-health --host 10.1.230.174 (or --hosts 'gpu[001-128]')",
     )
     _add_host_options(check)
     run = add(
         "run",
-        cli_host.cmd_run,
+        cli_fleet.cmd_run,
         "run a runbook's steps on a host, then check its goal",
         "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
     )
@@ -268,6 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--break-lock", action="store_true", help="remove a stale lock left by a dead run"
+    )
+    run.add_argument(
+        "--serial", type=int, default=1, metavar="N", help="many hosts: N at a time (default 1)"
+    )
+    run.add_argument(
+        "--max-fail",
+        type=int,
+        default=1,
+        metavar="K",
+        help="many hosts: start no more after K failed (default 1)",
     )
     runs = add(
         "runs",

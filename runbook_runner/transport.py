@@ -29,6 +29,7 @@ from runbook_runner.hostkeys import (
     HostKeyPolicy,
     fingerprint,
     host_key_changed,
+    load_known_hosts,
     record_host_key,
     unknown_host_key,
 )
@@ -218,7 +219,7 @@ class SshTransport:
         client.set_missing_host_key_policy(HostKeyPolicy(target, self.on_host_key_recorded))
         if target.known_hosts.is_file():
             try:
-                client.get_host_keys().load(str(target.known_hosts))
+                load_known_hosts(client.get_host_keys(), target.known_hosts)
             except (OSError, paramiko.SSHException) as error:
                 raise Unreachable(
                     f"cannot read {target.known_hosts}: {error}", "fix the file"

@@ -1,0 +1,217 @@
+"""Benchmark: `runbook check gpu-node-health` on a fleet, against clush and a shell loop.
+
+    python3 benchmarks/bench_fleet.py [--sizes 32,256,1000] [--loop-sample 8]
+
+Serves N simulated 8-GPU servers from one process (runbook_runner/simhost/fleet.py: the
+drill's paramiko SSH server on N ports of 127.0.0.1, each host with its own host key and
+state; every 50th host keeps 81,920 MiB on GPU 3, so the summary has two groups), then
+times, as whole processes, for each N:
+
+- runbook:  `runbook check gpu-node-health --inventory INV --forks 32` (one SSH
+  connection per host, the runbook's four observations, the checks, the summary);
+- clush:    `clush -f 64 -b -w sim[0001-N]` running the same four observation commands
+  through OpenSSH (an ssh_config and known_hosts for the ports), output gathered;
+- loop:     `for h in ...; do runbook check gpu-node-health --host $h; done`, run on a
+  sample of hosts and extrapolated to N (marked "~").
+
+Wall time, hosts per second, and the peak RSS of the whole process tree (sampled every
+0.1 s: clush's ssh children count). The server runs on the same machine and shares its
+CPUs. Bounded: each command has a time limit and the server exits when this script
+does (or after --serve-for seconds). Only 127.0.0.1 is contacted. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+OBSERVATIONS = "; ".join(
+    [
+        "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.used,memory.total,"
+        "persistence_mode --format=csv",
+        "nvidia-smi --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid,gpu_bus_id"
+        " --format=csv",
+        "free -b",
+        "ps -eo pid,stat,args",
+    ]
+)
+
+
+def serve(count: int, folder: Path, limit_s: float) -> None:
+    """The server side: N simulated hosts until stdin closes (or the time limit)."""
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
+    from runbook_runner.simhost.fleet import SimFleet
+    from runbook_runner.simhost.model import eight_gpu_server
+
+    def state(index: int):  # type: ignore[no-untyped-def]
+        host = eight_gpu_server()
+        if index % 50 == 49:
+            host.gpu(3).orphaned_mib = 81920
+        return host
+
+    fleet = SimFleet(count, state).start()
+    fleet.write_files(folder)
+    print("ready", flush=True)
+    deadline = time.monotonic() + limit_s
+    watcher = threading.Thread(target=sys.stdin.read, daemon=True)
+    watcher.start()
+    while watcher.is_alive() and time.monotonic() < deadline:
+        watcher.join(0.5)
+    fleet.stop()
+
+
+def _tree_rss_kib(root: int) -> int:
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            status = (entry / "status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            pid = int(entry.name)
+            children.setdefault(int(fields["PPid"]), []).append(pid)
+            rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        total += rss.get(pid, 0)
+        pending += children.get(pid, [])
+    return total
+
+
+def measure(command: list[str], limit_s: float, env: dict[str, str]) -> tuple[float, int, int]:
+    """(wall seconds, peak tree RSS in KiB, exit status) of one command."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env
+    )
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, _tree_rss_kib(process.pid))
+        if time.perf_counter() - started > limit_s:
+            process.kill()
+            process.wait()
+            return float("inf"), peak, -9
+        time.sleep(0.1)
+    return time.perf_counter() - started, peak, process.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="32,256,1000")
+    parser.add_argument("--forks", type=int, default=32)
+    parser.add_argument("--loop-sample", type=int, default=8, help="hosts the loop really runs")
+    parser.add_argument("--limit", type=float, default=300, help="seconds per command, at most")
+    parser.add_argument("--serve", nargs=2, metavar=("N", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-for", type=float, default=1800, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(int(args.serve[0]), Path(args.serve[1]), args.serve_for)
+        return
+    sizes = [int(n) for n in args.sizes.split(",")]
+    folder = Path(tempfile.mkdtemp(prefix="rbr-bench-fleet-"))
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(max(sizes)), str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if server.stdout is None or server.stdout.readline().strip() != "ready":
+            raise SystemExit("the simulated fleet did not start")
+        (folder / "empty_config").write_text("")
+        env = {**os.environ, "XDG_STATE_HOME": str(folder / "state"), "NO_COLOR": "1"}
+        common = ["-i", str(folder / "client_key"), "--known-hosts", str(folder / "known_hosts")]
+        clush = shutil.which("clush")
+        rows = []
+        for count in sizes:
+            inventory = folder / f"inventory-{count}.ini"
+            lines = (folder / "inventory.ini").read_text().splitlines()
+            inventory.write_text("\n".join([lines[0], *lines[1 : count + 1], *lines[-2:]]) + "\n")
+            nodes = f"sim[0001-{count:04d}]"
+            runbook = [
+                sys.executable,
+                "-m",
+                "runbook_runner",
+                "check",
+                "gpu-node-health",
+                "--inventory",
+                str(inventory),
+                "--ssh-config",
+                str(folder / "empty_config"),
+                "--forks",
+                str(args.forks),
+                *common,
+            ]
+            wall, rss, code = measure(runbook, args.limit, env)
+            rows.append((count, f"runbook --forks {args.forks}", wall, rss, code, ""))
+            if clush:
+                command = [
+                    clush, "-f", "64", "-b", "-w", nodes,
+                    "-o", f"-F {folder / 'ssh_config'}", OBSERVATIONS,
+                ]  # fmt: skip
+                wall, rss, code = measure(command, args.limit, env)
+                rows.append((count, "clush -f 64 -b", wall, rss, code, ""))
+            sample = min(count, args.loop_sample)
+            loop = " ".join(
+                f"{sys.executable} -m runbook_runner check gpu-node-health --host sim{i:04d} "
+                f"--ssh-config {folder / 'ssh_config'} {' '.join(common)} >/dev/null;"
+                for i in range(1, sample + 1)
+            )
+            wall, rss, code = measure(["sh", "-c", loop], args.limit, env)
+            note = f"~ ({sample} run, x{count / sample:g})" if sample < count else ""
+            rows.append((count, "for loop of runbook --host", wall * count / sample, rss, 0, note))
+        print_table(rows)
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=30)
+        if server.poll() is None:
+            server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def print_table(rows: list[tuple[int, str, float, int, int, str]]) -> None:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    print(
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {os.cpu_count()} CPUs ({cpu}), "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print("| hosts | how | wall s | hosts/s | peak RSS MiB | exit |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for count, how, wall, rss, code, note in rows:
+        rate = count / wall if wall and wall != float("inf") else 0
+        shown = f"{note.split(' ', 1)[0]}{wall:.1f}" if note else f"{wall:.1f}"
+        print(
+            f"| {count} | {how}{' ' + note.split(' ', 1)[1] if note else ''} | {shown} | "
+            f"{rate:.1f} | {rss / 1024:.0f} | {code} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

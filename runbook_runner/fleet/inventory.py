@@ -1,0 +1,307 @@
+"""Ansible inventories (YAML and INI) read into hosts, groups and connection variables.
+
+Pure: text in, an :class:`Inventory` out, :class:`InventoryError` (``file:line: message``)
+for anything it cannot read. Only the connection variables matter here:
+``ansible_host``, ``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``
+(and their old ``ansible_ssh_*`` spellings). Host ranges ``gpu[01:04]`` and
+``node[1:9:2]`` expand as Ansible expands them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runbook_runner.errors import RunbookRunnerError
+
+ALIASES = {
+    "ansible_host": "host",
+    "ansible_ssh_host": "host",
+    "ansible_port": "port",
+    "ansible_ssh_port": "port",
+    "ansible_user": "user",
+    "ansible_ssh_user": "user",
+    "ansible_ssh_private_key_file": "identity",
+    "ansible_private_key_file": "identity",
+}
+
+
+class InventoryError(RunbookRunnerError):
+    """The inventory file cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class HostVars:
+    """How to reach one inventory host; None: not set (the command line or ssh_config decides)."""
+
+    name: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    hosts: Mapping[str, HostVars]  # in the order the file names them
+    groups: Mapping[str, frozenset[str]]  # every group, children folded in; "all" included
+    source: str = ""
+
+    def group(self, name: str) -> frozenset[str]:
+        return self.groups.get(name, frozenset())
+
+
+@dataclass
+class _Builder:
+    """Groups, their children and variables as read; folded into an Inventory at the end."""
+
+    source: str
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
+    members: dict[str, list[str]] = field(default_factory=dict)  # group -> direct hosts
+    children: dict[str, list[str]] = field(default_factory=dict)
+    group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def group(self, name: str) -> None:
+        self.members.setdefault(name, [])
+        self.children.setdefault(name, [])
+        self.group_vars.setdefault(name, {})
+
+    def add_host(self, group: str, name: str, variables: Mapping[str, Any]) -> None:
+        self.group(group)
+        self.hosts.setdefault(name, {}).update(variables)
+        if name not in self.members[group]:
+            self.members[group].append(name)
+
+    def build(self) -> Inventory:
+        self.group("all")
+        for name in list(self.members):
+            if name != "all" and not self._has_parent(name):
+                self.children["all"].append(name)
+        depth = self._depths()
+        closure: dict[str, set[str]] = {}
+
+        def hosts_of(group: str, seen: frozenset[str] = frozenset()) -> set[str]:
+            if group in closure:
+                return closure[group]
+            if group in seen:
+                raise InventoryError(f"{self.source}: group {group!r} is its own child")
+            found = set(self.members.get(group, []))
+            for child in self.children.get(group, []):
+                found |= hosts_of(child, seen | {group})
+            closure[group] = found
+            return found
+
+        groups = {name: frozenset(hosts_of(name)) for name in self.members}
+        groups["all"] = frozenset(self.hosts)
+        ungrouped = [
+            h
+            for h in self.hosts
+            if not any(h in g for n, g in groups.items() if n != "all" and n != "ungrouped")
+        ]
+        groups["ungrouped"] = frozenset(ungrouped)
+        hosts: dict[str, HostVars] = {}
+        for name, own in self.hosts.items():
+            merged: dict[str, Any] = {}
+            for group in sorted(
+                (g for g in groups if name in groups[g]), key=lambda g: (depth.get(g, 0), g)
+            ):
+                merged.update(self.group_vars.get(group, {}))
+            merged.update(own)
+            hosts[name] = _host_vars(name, merged, self.source)
+        return Inventory(hosts, groups, self.source)
+
+    def _has_parent(self, name: str) -> bool:
+        return any(name in kids for kids in self.children.values())
+
+    def _depths(self) -> dict[str, int]:
+        depth = {"all": 0}
+        pending = ["all"]
+        while pending:
+            parent = pending.pop()
+            for child in self.children.get(parent, []):
+                if depth.get(child, -1) < depth[parent] + 1 and depth[parent] < len(self.members):
+                    depth[child] = depth[parent] + 1
+                    pending.append(child)
+        return depth
+
+
+def _host_vars(name: str, variables: Mapping[str, Any], source: str) -> HostVars:
+    values: dict[str, Any] = {}
+    for key, value in variables.items():
+        field_name = ALIASES.get(key)
+        if field_name is None or value is None:
+            continue
+        values[field_name] = value
+    port = values.get("port")
+    if port is not None:
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise InventoryError(
+                f"{source}: host {name}: ansible_port {port!r} is not a number"
+            ) from None
+        if not 0 < port < 65536:
+            raise InventoryError(f"{source}: host {name}: ansible_port {port} is out of range")
+    return HostVars(
+        name=name,
+        host=str(values["host"]) if "host" in values else None,
+        port=port,
+        user=str(values["user"]) if "user" in values else None,
+        identity=str(values["identity"]) if "identity" in values else None,
+    )
+
+
+_RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
+
+
+def expand_host_pattern(pattern: str, where: str) -> list[str]:
+    """``gpu[01:04]`` -> gpu01..gpu04, as Ansible expands inventory host ranges."""
+    match = _RANGE.search(pattern)
+    if match is None:
+        return [pattern]
+    start, end, stride = match.group(1), match.group(2), int(match.group(3) or 1)
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    if start.isdigit() and end.isdigit():
+        width = len(start) if start.startswith("0") and len(start) > 1 else 0
+        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, stride)]
+    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
+        values = [chr(c) for c in range(ord(start), ord(end) + 1, stride)]
+    else:
+        raise InventoryError(
+            f"{where}: host range {match.group()!r} is neither numeric nor one letter to one letter"
+        )
+    if not values:
+        raise InventoryError(f"{where}: host range {match.group()!r} is empty")
+    return [name for value in values for name in expand_host_pattern(head + value + tail, where)]
+
+
+# -- YAML ---------------------------------------------------------------------------------------
+
+
+def parse_yaml(text: str, source: str) -> Inventory:
+    import yaml
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise InventoryError(
+            f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})"
+        ) from None
+    builder = _Builder(source)
+    if document is None:
+        return builder.build()
+    if not isinstance(document, dict):
+        raise InventoryError(f"{source}: an inventory is a mapping of groups (all: hosts: ...)")
+    for name, body in document.items():
+        _yaml_group(builder, str(name), body)
+    return builder.build()
+
+
+def _yaml_group(builder: _Builder, name: str, body: Any) -> None:
+    where = f"{builder.source}: group {name}"
+    builder.group(name)
+    if body is None:
+        return
+    if not isinstance(body, dict):
+        raise InventoryError(f"{where}: expected a mapping with hosts, children or vars")
+    unknown = set(body) - {"hosts", "children", "vars"}
+    if unknown:
+        raise InventoryError(f"{where}: unknown key {sorted(unknown)[0]!r} (hosts, children, vars)")
+    hosts = body.get("hosts") or {}
+    if not isinstance(hosts, dict):
+        raise InventoryError(f"{where}: hosts is a mapping of host names")
+    for pattern, variables in hosts.items():
+        if variables is not None and not isinstance(variables, dict):
+            raise InventoryError(f"{where}: host {pattern}: variables are a mapping")
+        for host in expand_host_pattern(str(pattern), where):
+            builder.add_host(name, host, variables or {})
+    group_vars = body.get("vars") or {}
+    if not isinstance(group_vars, dict):
+        raise InventoryError(f"{where}: vars is a mapping")
+    builder.group_vars[name].update(group_vars)
+    children = body.get("children") or {}
+    if not isinstance(children, dict):
+        raise InventoryError(f"{where}: children is a mapping of groups")
+    for child, child_body in children.items():
+        if str(child) not in builder.children[name]:
+            builder.children[name].append(str(child))
+        _yaml_group(builder, str(child), child_body)
+
+
+# -- INI ----------------------------------------------------------------------------------------
+
+
+def _ini_value(text: str) -> Any:
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    return text
+
+
+def _key_values(tokens: list[str], where: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for token in tokens:
+        key, equals, value = token.partition("=")
+        if not equals or not key:
+            raise InventoryError(f"{where}: expected NAME=VALUE, found {token!r}")
+        values[key] = _ini_value(value)
+    return values
+
+
+def parse_ini(text: str, source: str) -> Inventory:
+    builder = _Builder(source)
+    section, kind = "ungrouped", "hosts"
+    for number, raw in enumerate(text.splitlines(), 1):
+        where = f"{source}:{number}"
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        header = re.fullmatch(r"\[([^\]:]+)(?::(\w+))?\]", line)
+        if header:
+            section, kind = header.group(1).strip(), header.group(2) or "hosts"
+            if kind not in {"hosts", "vars", "children"}:
+                raise InventoryError(f"{where}: unknown section kind :{kind} (vars, children)")
+            builder.group(section)
+            continue
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError as error:
+            raise InventoryError(f"{where}: {error}") from None
+        if not tokens:
+            continue
+        if kind == "hosts":
+            variables = _key_values(tokens[1:], where)
+            for host in expand_host_pattern(tokens[0], where):
+                builder.add_host(section, host, variables)
+        elif kind == "vars":
+            builder.group_vars[section].update(_key_values(tokens, where))
+        else:
+            if len(tokens) != 1:
+                raise InventoryError(f"{where}: a :children section lists one group a line")
+            builder.group(tokens[0])
+            if tokens[0] not in builder.children[section]:
+                builder.children[section].append(tokens[0])
+    return builder.build()
+
+
+def parse(text: str, source: str) -> Inventory:
+    """YAML when the file says so (.yml/.yaml, or a first line that reads like YAML), else INI."""
+    first = next(
+        (
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ),
+        "",
+    )
+    if (
+        source.endswith((".yml", ".yaml"))
+        or first == "---"
+        or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first)
+    ):
+        return parse_yaml(text, source)
+    return parse_ini(text, source)

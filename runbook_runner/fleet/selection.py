@@ -1,0 +1,187 @@
+"""Which hosts: node sets (ClusterShell), groups, an inventory, and an Ansible-like --limit.
+
+Pure apart from ClusterShell's own group configuration (read when ``@group`` is used
+without an inventory). Node sets are parsed and folded by the ClusterShell library,
+imported here only: a single-host command never loads it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.fleet.inventory import HostVars, Inventory
+
+
+class SelectionError(RunbookRunnerError):
+    """A node set, group or --limit pattern that cannot be used."""
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """One selected host: its name (for summaries), and what the selection says about reaching it."""
+
+    name: str
+    user: str | None = None  # from USER@nodeset, or the inventory's ansible_user
+    address: str | None = (
+        None  # the inventory's ansible_host: connect there, ssh_config applies to it
+    )
+    port: int | None = None
+    identity: str | None = None
+
+
+_USER = re.compile(r"^([^@\[\],!&^]+)@(.+)$")
+_GROUP = re.compile(r"@([\w.:-]+)")
+
+
+def _resolver(inventory: Inventory | None) -> Any:
+    from ClusterShell.NodeUtils import GroupResolver, GroupSource
+
+    if inventory is None:
+        from ClusterShell.NodeSet import STD_GROUP_RESOLVER
+
+        return STD_GROUP_RESOLVER
+    groups = {name: fold(sorted(hosts)) for name, hosts in inventory.groups.items() if hosts}
+    return GroupResolver(GroupSource("inventory", groups))
+
+
+def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, list[str]]:
+    """``user@gpu[1-4]`` -> ("user", [gpu1, ..., gpu4]); ``@group`` from the inventory or
+    ClusterShell's groups configuration. Node-set operators (``!``, ``&``, ``^``) work."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
+
+    failures = (NodeSetException, GroupResolverError, GroupSourceError)
+    text = spec.strip()
+    user = None
+    match = _USER.match(text)
+    if match:
+        user, text = match.group(1), match.group(2)
+    if not text:
+        raise SelectionError(f"--hosts {spec!r}: no hosts named")
+    resolver = _resolver(inventory)
+    for group in _GROUP.findall(text):
+        try:
+            found = NodeSet(f"@{group}", resolver=resolver)
+        except failures as error:
+            raise SelectionError(f"--hosts {spec!r}: group @{group}: {error}") from None
+        if len(found) == 0:
+            where = (
+                f"inventory {inventory.source} (groups: {', '.join(sorted(inventory.groups))})"
+                if inventory is not None
+                else "ClusterShell's groups configuration (give --inventory FILE for Ansible groups)"
+            )
+            raise SelectionError(f"--hosts {spec!r}: no group @{group} with hosts in {where}")
+    try:
+        nodes = NodeSet(text, resolver=resolver)
+    except failures as error:
+        raise SelectionError(f"--hosts {spec!r}: {error}") from None
+    return user, list(nodes)
+
+
+def fold(names: Iterable[str]) -> str:
+    """Host names folded as a node set (``gpu[001-120,122-128]``); plain commas if they do not fold."""
+    listed = list(names)
+    try:
+        from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+        return str(NodeSet.fromlist(listed))
+    except (NodeSetException, ValueError, TypeError):
+        return ",".join(listed)
+
+
+def _pattern_terms(pattern: str) -> list[str]:
+    return [term.strip() for term in re.split(r"[:,]", pattern) if term.strip()]
+
+
+def _term_hosts(term: str, universe: Sequence[str], inventory: Inventory | None) -> set[str]:
+    if inventory is not None and term in inventory.groups:
+        return set(inventory.groups[term]) & set(universe)
+    if term.startswith("~"):
+        try:
+            regex = re.compile(term[1:])
+        except re.error as error:
+            raise SelectionError(f"--limit {term!r}: {error}") from None
+        return {h for h in universe if regex.search(h)}
+    found = {h for h in universe if fnmatch.fnmatchcase(h, term)}
+    if inventory is not None:
+        for group, members in inventory.groups.items():
+            if fnmatch.fnmatchcase(group, term) and any(c in term for c in "*?["):
+                found |= set(members) & set(universe)
+    return found
+
+
+def limit(names: Sequence[str], pattern: str, inventory: Inventory | None = None) -> list[str]:
+    """Narrow ``names`` as Ansible's --limit does: terms joined by ``:`` or ``,`` are a union;
+    ``&term`` intersects, ``!term`` excludes; a term is a group, a host name, a glob
+    (``gpu0*``), or ``~regex``. The order of ``names`` is kept."""
+    terms = _pattern_terms(pattern)
+    if not terms:
+        raise SelectionError(f"--limit {pattern!r}: an empty pattern")
+    union: set[str] | None = None
+    keep = set(names)
+    for term in terms:
+        if term.startswith("!"):
+            keep -= _term_hosts(term[1:], names, inventory)
+        elif term.startswith("&"):
+            keep &= _term_hosts(term[1:], names, inventory)
+        else:
+            union = (union or set()) | _term_hosts(term, names, inventory)
+    if union is not None:
+        keep &= union
+    return [name for name in names if name in keep]
+
+
+def select(
+    specs: Sequence[str],
+    inventory: Inventory | None = None,
+    limit_pattern: str | None = None,
+) -> list[FleetHost]:
+    """The hosts named by ``--host``/``--hosts`` (all of the inventory when none), narrowed by
+    ``--limit``, each once, in node-set order, with what the inventory says about reaching it."""
+    chosen: dict[str, str | None] = {}
+    if not specs:
+        if inventory is None:
+            raise SelectionError("no hosts: give --hosts NODESET or --inventory FILE")
+        for name in inventory.hosts:
+            chosen.setdefault(name, None)
+    for spec in specs:
+        user, names = expand(spec, inventory)
+        for name in names:
+            if chosen.get(name) is None:
+                chosen[name] = user
+    names = _ordered(list(chosen))
+    if limit_pattern is not None:
+        names = limit(names, limit_pattern, inventory)
+    if not names:
+        raise SelectionError(
+            "no hosts left" + (f" after --limit {limit_pattern!r}" if limit_pattern else "")
+        )
+    hosts = []
+    for name in names:
+        known: HostVars | None = inventory.hosts.get(name) if inventory is not None else None
+        hosts.append(
+            FleetHost(
+                name=name,
+                user=chosen[name] or (known.user if known else None),
+                address=known.host if known else None,
+                port=known.port if known else None,
+                identity=known.identity if known else None,
+            )
+        )
+    return hosts
+
+
+def _ordered(names: list[str]) -> list[str]:
+    """Node-set order (gpu2 before gpu10) when the names fold; else as given."""
+    try:
+        from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+        ordered = list(NodeSet.fromlist(names))
+    except (NodeSetException, ValueError, TypeError):
+        return names
+    return ordered if sorted(ordered) == sorted(names) else names

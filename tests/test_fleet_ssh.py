@@ -1,0 +1,492 @@
+"""`check` and `run` on many hosts, end to end over three real sshd instances (and a closed port)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sshd import free_port, start_test_host
+
+from conftest import REPO
+from runbook_runner.cli import main
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.simhost.model import eight_gpu_server
+
+pytestmark = pytest.mark.ssh
+
+HEALTH = """\
+name: fleet-health
+title: GPU memory on a fleet
+summary: s
+parameters:
+  idle_mib: {type: integer, default: 1024, description: d}
+observations:
+  gpus:
+    command: nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv
+    parser: gpus
+checks:
+  gpu-memory-released:
+    description: Every GPU's memory is released
+    every: gpus
+    expect: memory_used_mib <= idle_mib
+goal: [gpu-memory-released]
+steps:
+  - id: reset-gpus
+    title: Reset only the GPUs that still hold memory
+    run: nvidia-smi --gpu-reset -i {{ item.index }}
+    for_each_failing: gpu-memory-released
+    root: true
+    destructive: true
+    affects: gpu
+    wait: {until: goal, timeout: 2, interval: 0.2}
+"""
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    hosts = [start_test_host() for _ in range(3)]
+    yield hosts
+    for host in hosts:
+        host.stop()
+
+
+@pytest.fixture
+def files(fleet, tmp_path):
+    """gpu1..gpu3 are the three sshd; gpu4 is a closed port on 127.0.0.1."""
+    for host in fleet:
+        host.set_state(eight_gpu_server())
+        host.clear_calls()
+    closed = free_port()
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(host.known_hosts.read_text() for host in fleet))
+    config = tmp_path / "ssh_config"
+    blocks = [
+        f"Host gpu{i}\n  HostName 127.0.0.1\n  Port {host.port}\n  IdentityFile {host.client_key}\n"
+        for i, host in enumerate(fleet, 1)
+    ]
+    config.write_text("".join(blocks) + f"Host gpu4\n  HostName 127.0.0.1\n  Port {closed}\n")
+    ini = tmp_path / "hosts"
+    ini.write_text(
+        "[gpus]\n"
+        + "".join(
+            f"gpu{i} ansible_host=127.0.0.1 ansible_port={host.port} "
+            f"ansible_ssh_private_key_file={host.client_key}\n"
+            for i, host in enumerate(fleet, 1)
+        )
+        + f"[spare]\ngpu4 ansible_host=127.0.0.1 ansible_port={closed}\n"
+        + f"[all:vars]\nansible_user={fleet[0].user}\n"
+    )
+    yaml_inventory = tmp_path / "hosts.yaml"
+    yaml_inventory.write_text(
+        "all:\n  children:\n    pool:\n      children:\n        gpus:\n          hosts:\n"
+        + "".join(
+            f"            gpu{i}: {{ansible_host: 127.0.0.1, ansible_port: {host.port}, "
+            f"ansible_user: {host.user}, ansible_ssh_private_key_file: {host.client_key}}}\n"
+            for i, host in enumerate(fleet, 1)
+        )
+    )
+    runbook = tmp_path / "fleet-health.yaml"
+    runbook.write_text(HEALTH)
+    return {
+        "known": str(known),
+        "config": str(config),
+        "ini": str(ini),
+        "yaml": str(yaml_inventory),
+        "runbook": str(runbook),
+        "common": ["--known-hosts", str(known), "--ssh-config", str(config)],
+    }
+
+
+def orphan(host, index=3, mib=81920, resets_fail=0):
+    state = eight_gpu_server(services=[])  # no persistence daemon holding the GPUs
+    state.gpu(index).orphaned_mib = mib
+    state.gpu(index).resets_that_fail = resets_fail
+    host.set_state(state)
+
+
+def resets(host):
+    return [call for call in host.calls() if call[:2] == ["nvidia-smi", "--gpu-reset"]]
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_node_set_over_ssh_config_aliases_with_a_user(fleet, files, capsys):
+    code, out, _ = cli(
+        capsys, "check", files["runbook"], "--hosts", f"{fleet[0].user}@gpu[1-3]", *files["common"]
+    )
+    assert code == ExitCode.OK, out
+    assert "gpu[1-3]: ok" in out
+    assert "3 hosts: 3 ok" in out
+    assert all(host.logins() >= 1 for host in fleet)
+
+
+def test_mixed_outcomes_grouped_with_an_unreachable_host_and_the_worst_exit_code(
+    fleet, files, capsys
+):
+    orphan(fleet[1])
+    code, out, _ = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        files["ini"],
+        "--known-hosts",
+        files["known"],
+    )
+    assert code == ExitCode.HOST_UNREACHABLE  # the worst: a host that could not be seen
+    lines = out.splitlines()
+    assert "gpu[1,3]: ok" in lines
+    assert (
+        "gpu2: gpu-memory-released failing — GPU 3: memory.used 81,923 MiB, "
+        "expected <= 1,024 MiB (idle_mib)"
+    ) in lines
+    assert "gpu4: unreachable — connection refused" in lines
+    assert lines[-1] == "4 hosts: 2 ok, 1 failing, 1 unreachable"
+    # The ok group first, the worst last: the eye ends on what needs doing.
+    assert lines.index("gpu[1,3]: ok") < lines.index("gpu4: unreachable — connection refused")
+
+
+def test_groups_and_limit_from_a_yaml_inventory(fleet, files, capsys):
+    orphan(fleet[0])
+    code, out, _ = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        files["yaml"],
+        "--hosts",
+        "@pool",
+        "--limit",
+        "gpu*:!gpu1",
+        "--known-hosts",
+        files["known"],
+    )
+    assert code == ExitCode.OK, out
+    assert "gpu[2-3]: ok" in out
+    assert "2 hosts" in out
+    assert fleet[0].calls() == []  # gpu1 was left out: never contacted
+
+
+def test_limit_and_groups_from_an_ini_inventory(fleet, files, capsys):
+    code, out, _ = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        files["ini"],
+        "--hosts",
+        "@gpus",
+        "--limit",
+        "gpu1,gpu3",
+        "--known-hosts",
+        files["known"],
+    )
+    assert code == ExitCode.OK, out
+    assert "gpu[1,3]: ok" in out
+    assert fleet[1].calls() == []
+
+
+def test_an_unknown_group_is_bad_input(files, capsys):
+    code, _, err = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--hosts", "@nope"
+    )
+    assert code == ExitCode.BAD_INPUT
+    assert "no group @nope" in err
+    assert "Traceback" not in err
+
+
+def test_json_has_a_record_per_host_and_jsonl_a_line_per_host(fleet, files, capsys):
+    orphan(fleet[2])
+    code, out, _ = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        files["ini"],
+        "--known-hosts",
+        files["known"],
+        "--json",
+    )
+    document = json.loads(out)
+    assert code == document["exit_code"] == ExitCode.HOST_UNREACHABLE
+    by_host = {record["host"]: record for record in document["hosts"]}
+    assert [r["host"] for r in document["hosts"]] == ["gpu1", "gpu2", "gpu3", "gpu4"]
+    assert by_host["gpu3"]["outcome"] == "failing"
+    assert by_host["gpu3"]["exit_code"] == 1
+    assert by_host["gpu3"]["state"]["gpus"][3]["memory_used_mib"] == 81923
+    assert by_host["gpu4"]["outcome"] == "unreachable"
+    assert by_host["gpu1"]["ok"] is True
+
+    code, out, err = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        files["ini"],
+        "--known-hosts",
+        files["known"],
+        "--jsonl",
+    )
+    records = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["host"] for r in records) == ["gpu1", "gpu2", "gpu3", "gpu4"]
+    assert "4 hosts: 2 ok, 1 failing, 1 unreachable" in err  # people's text on stderr
+
+
+def test_a_refused_key_is_a_per_host_outcome(fleet, files, capsys, tmp_path):
+    wrong = tmp_path / "hosts.ini"
+    wrong.write_text(
+        f"gpu1 ansible_host=127.0.0.1 ansible_port={fleet[0].port} "
+        f"ansible_ssh_private_key_file={fleet[1].client_key} ansible_user={fleet[0].user}\n"
+        f"gpu2 ansible_host=127.0.0.1 ansible_port={fleet[1].port} "
+        f"ansible_ssh_private_key_file={fleet[1].client_key} ansible_user={fleet[1].user}\n"
+    )
+    code, out, _ = cli(
+        capsys,
+        "check",
+        files["runbook"],
+        "--inventory",
+        str(wrong),
+        "--known-hosts",
+        files["known"],
+    )
+    assert code == ExitCode.HOST_UNREACHABLE
+    assert "gpu2: ok" in out
+    assert "gpu1: refused — authentication failed" in out
+
+
+def test_serial_rollout_stops_after_max_fail_and_gives_each_host_a_journal(
+    fleet, files, capsys, run_journals_in_tmp
+):
+    orphan(fleet[0])
+    orphan(fleet[1], resets_fail=99)  # its reset never works
+    orphan(fleet[2])
+    code, out, _ = cli(
+        capsys,
+        "run",
+        files["runbook"],
+        "--inventory",
+        files["ini"],
+        "--hosts",
+        "@gpus",
+        "--serial",
+        "1",
+        "--max-fail",
+        "1",
+        "--yes",
+        "--known-hosts",
+        files["known"],
+    )
+    assert code == ExitCode.GOAL_NOT_MET, out
+    assert resets(fleet[0]) == [["nvidia-smi", "--gpu-reset", "-i", "3"]]
+    assert resets(fleet[1]), out  # tried, failed
+    assert resets(fleet[2]) == []  # not started: the rollout stopped at one failure
+    assert "gpu1: ok — goal reached by reset-gpus" in out
+    assert "gpu2: goal NOT reached" in out
+    assert "gpu3: not started — 1 host failed (--max-fail 1)" in out
+    journals = sorted(p.name for p in run_journals_in_tmp.glob("*.jsonl"))
+    assert len(journals) == 2
+    assert "-fleet-health-gpu1-" in journals[0] + journals[1]
+    assert "-fleet-health-gpu2-" in journals[0] + journals[1]
+
+
+def test_rollout_goes_on_past_a_failure_under_a_higher_max_fail(fleet, files, capsys):
+    orphan(fleet[0], resets_fail=99)
+    orphan(fleet[2])
+    code, out, _ = cli(
+        capsys,
+        "run",
+        files["runbook"],
+        "--hosts",
+        "gpu[1-3]",
+        "--serial",
+        "2",
+        "--max-fail",
+        "2",
+        "--yes",
+        *files["common"],
+        "--user",
+        fleet[0].user,
+    )
+    assert code == ExitCode.GOAL_NOT_MET
+    assert resets(fleet[2]) == [["nvidia-smi", "--gpu-reset", "-i", "3"]]
+    assert "gpu2: ok — goal held already" in out
+    assert "gpu3: ok — goal reached by reset-gpus" in out
+    assert "gpu1: goal NOT reached — step reset-gpus failed" in out
+
+
+def _rollout_on_a_terminal(files, user, answers: str, *extra: str) -> subprocess.CompletedProcess:
+    import pty
+
+    controller, terminal = pty.openpty()
+    os.write(controller, answers.encode())
+    try:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runbook_runner",
+                "run",
+                files["runbook"],
+                "--hosts",
+                "gpu[1-3]",
+                "--user",
+                user,
+                *files["common"],
+                *extra,
+            ],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=REPO,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+
+
+def test_a_destructive_rollout_asks_once_per_batch_listing_hosts_and_steps(fleet, files):
+    for host in fleet:
+        orphan(host)
+    result = _rollout_on_a_terminal(files, fleet[0].user, "y\ny\n", "--serial", "2")
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    assert result.stdout.count("Run on th") == 2  # two batches, two questions
+    assert "Run it?" not in result.stdout  # no question per step or per host
+    assert "Batch 1/2: 2 hosts: gpu[1-2]" in result.stdout
+    assert "Batch 2/2: 1 host: gpu3" in result.stdout
+    assert "reset-gpus: Reset only the GPUs that still hold memory (affects gpu)" in result.stdout
+    assert "$ nvidia-smi --gpu-reset -i {{ item.index }}" in result.stdout
+    assert all(resets(host) for host in fleet)
+    # The first batch had finished before the second question came.
+    first_done = result.stdout.index("gpu2: ")
+    assert first_done < result.stdout.index("Batch 2/2")
+
+
+def test_a_declined_batch_runs_nothing_there_or_after(fleet, files):
+    for host in fleet:
+        orphan(host)
+    result = _rollout_on_a_terminal(files, fleet[0].user, "n\n", "--serial", "2")
+    assert result.returncode == ExitCode.DECLINED
+    assert result.stdout.count("Run on th") == 1
+    assert not any(resets(host) for host in fleet)
+    assert "gpu[1-3]: not started — batch 1 was declined" in result.stdout
+
+
+def test_a_terminal_shows_the_progress_line(fleet, files):
+    import pty
+
+    orphan(fleet[1])
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runbook_runner", "check", files["runbook"], "--inventory",
+         files["ini"], "--known-hosts", files["known"]],
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    assert process.wait(timeout=60) == ExitCode.HOST_UNREACHABLE
+    text = output.decode()
+    assert "\r\x1b[K4/4 hosts, 1 failing, 1 unreachable" in text
+    assert "gpu[1,3]: ok" in text
+
+
+def test_groups_from_clustershells_configuration_without_an_inventory(fleet, files, tmp_path):
+    (tmp_path / "groups.d").mkdir()
+    (tmp_path / "groups.d" / "site.yaml").write_text('site:\n    gpus: "gpu[1-3]"\n')
+    (tmp_path / "groups.conf").write_text(
+        f"[Main]\ndefault: site\nautodir: {tmp_path / 'groups.d'}\n"
+    )
+    command = [
+        sys.executable, "-m", "runbook_runner", "check", files["runbook"], "--hosts", "@gpus",
+        "--user", fleet[0].user, *files["common"],
+    ]  # fmt: skip
+    env = {**os.environ, "CLUSTERSHELL_CFGDIR": str(tmp_path), "NO_COLOR": "1"}
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False
+    )
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    assert "gpu[1-3]: ok" in result.stdout
+    (tmp_path / "groups.conf").write_text("[Main]\ndefault: nowhere\n")
+    broken = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False
+    )
+    assert broken.returncode == ExitCode.BAD_INPUT
+    assert "Traceback" not in broken.stderr
+    assert len(broken.stderr.strip().splitlines()) == 1
+
+
+def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, files, capsys):
+    from runbook_runner.hostlock import LOCK_NAME
+
+    for host in fleet:
+        orphan(host)
+    lock = fleet[1].root / "sim" / LOCK_NAME
+    held = fleet[1].ssh(f"mkdir {lock} && printf '%s' '{{\"operator\": \"alice\"}}' > {lock}/owner")
+    assert held.returncode == 0, held.stderr
+    try:
+        code, out, _ = cli(
+            capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--yes",
+            "--user", fleet[0].user, *files["common"],
+        )  # fmt: skip
+    finally:
+        fleet[1].ssh(f"rm -rf {lock}")
+    assert code == ExitCode.LOCKED
+    assert "gpu2: locked — gpu2 is locked by alice" in out
+    assert resets(fleet[1]) == []
+    assert resets(fleet[0])
+    assert resets(fleet[2])
+    assert "gpu[1,3]: ok — goal reached by reset-gpus" in out
+
+
+def test_a_dry_run_rollout_asks_nothing_and_changes_nothing(fleet, files, capsys):
+    for host in fleet:
+        orphan(host)
+    code, out, _ = cli(
+        capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--dry-run",
+        "--user", fleet[0].user, *files["common"],
+    )  # fmt: skip
+    assert code == ExitCode.OK, out
+    assert "gpu[1-3]: planned (dry run)" in out
+    assert not any(resets(host) for host in fleet)
+
+
+def test_a_host_that_never_speaks_ssh_times_out_as_its_own_outcome(fleet, files, capsys, tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts TCP, never says a word
+        inventory = tmp_path / "hosts.ini"
+        inventory.write_text(
+            f"gpu1 ansible_host=127.0.0.1 ansible_port={fleet[0].port} "
+            f"ansible_ssh_private_key_file={fleet[0].client_key} ansible_user={fleet[0].user}\n"
+            f"mute1 ansible_host=127.0.0.1 ansible_port={silent.getsockname()[1]}\n"
+        )
+        code, out, _ = cli(
+            capsys, "check", files["runbook"], "--inventory", str(inventory), "--known-hosts",
+            files["known"], "--connect-timeout", "0.5",
+        )  # fmt: skip
+    assert code == ExitCode.HOST_UNREACHABLE
+    assert "gpu1: ok" in out
+    assert "mute1: unreachable — SSH handshake failed" in out
+    assert out.splitlines()[-1] == "2 hosts: 1 ok, 1 unreachable"
