@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from sshd import free_port, start_test_host
+from sshd import free_port, start_test_host, wait_for
 
 from conftest import REPO
 from runbook_runner.cli import main
@@ -443,14 +443,27 @@ def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, file
     for host in fleet:
         orphan(host)
     lock = fleet[1].root / "sim" / LOCK_NAME
-    held = fleet[1].ssh(f"mkdir {lock} && printf '%s' '{{\"operator\": \"alice\"}}' > {lock}/owner")
+    held = fleet[1].ssh(
+        f"mkdir {lock} && : > {lock}/alive && "
+        f"printf '%s' '{{\"operator\": \"alice\"}}' > {lock}/owner"
+    )
     assert held.returncode == 0, held.stderr
+    # A live holder, as another run's would be: a process holding flock on the lock's file.
+    holder = subprocess.Popen(["flock", str(lock / "alive"), "cat"], stdin=subprocess.PIPE)
     try:
+        wait_for(
+            lambda: subprocess.run(["flock", "-n", str(lock / "alive"), "true"]).returncode == 1,
+            10,
+            "the holder to take the lock",
+        )
         code, out, _ = cli(
             capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--yes",
             "--user", fleet[0].user, *files["common"],
         )  # fmt: skip
     finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
         fleet[1].ssh(f"rm -rf {lock}")
     assert code == ExitCode.LOCKED
     assert "gpu2: locked — gpu2 is locked by alice" in out
