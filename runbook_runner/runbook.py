@@ -65,6 +65,7 @@ class Observation:
     timeout: float = 30.0
     root: bool = False
     text: Template | None = None
+    alone: bool = False  # never run at the same time as the other observations of a set
 
     @property
     def source(self) -> str:
@@ -281,6 +282,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             description=spec.get("description", ""),
             timeout=spec.get("timeout", 30.0),
             root=spec.get("root", False),
+            alone=spec.get("alone", False),
         )
         for name, spec in data["observations"].items()
     }
