@@ -90,7 +90,7 @@ def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: boo
         # The shell each command runs in, named as sshd names it (its errors say "sh: 1: ...").
         's=${SHELL:-/bin/sh}; n=${s##*/}; [ "$(command -v "$n" 2>/dev/null)" -ef "$s" ] 2>/dev/null || n=$s',
         # $0: the shell to run, $1: the command, $2: where its exit status goes.
-        "w='\"$0\" -c \"$1\"; echo $? >\"$2\"'",
+        'w=\'"$0" -c "$1"; echo $? >"$2"\'',
     ]
 
     def job(index: int, command: BatchCommand) -> str:
@@ -114,7 +114,7 @@ def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: boo
     lines.append(
         f"for i in {indices}; do "
         'r=-; [ -f "$d/$i.rc" ] && r=$(cat "$d/$i.rc"); '
-        f"printf '%s %s %s %s %s\\n' {boundary} \"$i\" \"$r\" "
+        f'printf \'%s %s %s %s %s\\n\' {boundary} "$i" "$r" '
         '$(wc -c <"$d/$i.o") $(wc -c <"$d/$i.e"); '
         f'tail -c {limit} "$d/$i.o"; tail -c {limit} "$d/$i.e"; done'
     )
