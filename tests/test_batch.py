@@ -32,16 +32,22 @@ def test_output_that_looks_like_a_header_is_data():
         boundary, 1, "7", b"", b"", 1000
     )
     first, second = batch.parse(data, 2, boundary, 1000)
-    assert first.stdout == forged * 3 and first.stderr == forged and first.exit_status == 0
-    assert second.exit_status == 7 and second.stdout == b""
+    assert first.stdout == forged * 3
+    assert first.stderr == forged
+    assert first.exit_status == 0
+    assert second.exit_status == 7
+    assert second.stdout == b""
 
 
 def test_a_missing_status_is_a_timeout_and_sizes_count_all_bytes():
     boundary = batch.new_boundary()
     data = frame(boundary, 0, "-", b"x" * 50, b"\xff\x00", 10)
     (only,) = batch.parse(data, 1, boundary, 10)
-    assert only.timed_out and only.exit_status is None
-    assert only.stdout == b"x" * 10 and only.stdout_size == 50 and only.stderr == b"\xff\x00"
+    assert only.timed_out
+    assert only.exit_status is None
+    assert only.stdout == b"x" * 10
+    assert only.stdout_size == 50
+    assert only.stderr == b"\xff\x00"
 
 
 @pytest.mark.parametrize(
@@ -69,11 +75,15 @@ def test_each_command_has_its_own_timeout_and_alone_ones_run_after_the_others():
     text = batch.script(commands, "B", 1000, is_root=False)
     lines = text.splitlines()
     together = [line for line in lines if line.endswith(" &")]
-    assert len(together) == 2 and "timeout -k 2 3 " in together[0]
-    assert "sudo -n sh -c c" in together[1] and "timeout -k 2 7 " in together[1]
+    assert len(together) == 2
+    assert "timeout -k 2 3 " in together[0]
+    assert "sudo -n sh -c c" in together[1]
+    assert "timeout -k 2 7 " in together[1]
     wait = lines.index("wait")
     alone = [i for i, line in enumerate(lines) if "timeout -k 2 0.5 " in line]
-    assert alone and alone[0] > wait and not lines[alone[0]].endswith("&")
+    assert alone
+    assert alone[0] > wait
+    assert not lines[alone[0]].endswith("&")
     assert batch.deadline(commands) == pytest.approx(7 + 3 + 0.5 + 3 + 5)
 
 
@@ -106,10 +116,14 @@ def test_run_many_gives_byte_identical_results_to_one_channel_per_command(connec
             k: getattr(single, k) for k in COMPARED
         }
     assert many[1].stdout == "\x00\ufffd\ufffd\nbin\r\n"
-    assert many[2].exit_status == 3 and many[2].stderr == "failing\n"
-    assert many[3].exit_status == 127 and "no-such-command-rbr" in many[3].stderr
-    assert many[4].timed_out and many[4].stdout == "before\n"
-    assert many[8].stdout_size == 300_000 and len(many[8].stdout) == limit
+    assert many[2].exit_status == 3
+    assert many[2].stderr == "failing\n"
+    assert many[3].exit_status == 127
+    assert "no-such-command-rbr" in many[3].stderr
+    assert many[4].timed_out
+    assert many[4].stdout == "before\n"
+    assert many[8].stdout_size == 300_000
+    assert len(many[8].stdout) == limit
 
 
 def test_commands_of_a_set_run_at_the_same_time_unless_alone(connect, tmp_path):
