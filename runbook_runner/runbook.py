@@ -219,12 +219,13 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
         problems.append(_problem((), "a runbook is a mapping of keys (name, title, steps, ...)"))
     if problems:
         raise RunbookInvalid(filename, problems)
-    problems = schema.validate(source)
+    digest = hashlib.sha256(raw).hexdigest()
+    problems = schema.validate_once(source, digest)
     problems += check_meaning(source, stem)
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)
-    return _with_origin(runbook, filename, hashlib.sha256(raw).hexdigest())
+    return _with_origin(runbook, filename, digest)
 
 
 def _problem(path: yamlsource.Path, message: str) -> Problem:
