@@ -37,7 +37,21 @@ def load_named(args: argparse.Namespace) -> Runbook:
     return load(catalog(args).find(args.runbook))
 
 
+def _import_transport() -> None:
+    """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
+    (with unittest.mock and asyncio: a tenth of the start-up); target.py loads it on demand."""
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
+    try:
+        import runbook_runner.transport  # noqa: F401
+    finally:
+        if sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
 def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
+    _import_transport()
     from runbook_runner.transport import SshTransport, fingerprint, resolve_target
 
     target = resolve_target(
@@ -59,6 +73,61 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
     return SshTransport(target, console.prompt_passphrase, recorded).connect()
 
 
+class _Connecting:
+    """The SSH connection, opened in a thread while the runbook loads (the handshake waits on
+    the network and the host; loading waits on nothing). :meth:`result` hands it over, or
+    raises what connecting raised; :meth:`abandon` closes it when the run never starts."""
+
+    def __init__(self, args: argparse.Namespace, out: console.Output) -> None:
+        import threading
+
+        self._transport: SshTransport | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._connect, args=(args, out), daemon=True)
+        self._thread.start()
+
+    def _connect(self, args: argparse.Namespace, out: console.Output) -> None:
+        try:
+            transport = _connect(args, out)
+        except BaseException as error:  # handed to the main thread by result()
+            self._error = error
+            return
+        with self._lock:
+            if self._abandoned:
+                transport.close()
+            else:
+                self._transport = transport
+
+    def result(self) -> SshTransport:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        return self._transport
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+
+def _load_and_connect(
+    args: argparse.Namespace, out: console.Output
+) -> tuple[Runbook, dict[str, Any], SshTransport]:
+    """Load the runbook and its parameters while the connection is being opened."""
+    connecting = _Connecting(args, out)
+    try:
+        runbook, params = _load_with_params(args)
+    except BaseException:
+        connecting.abandon()  # bad input is reported as such, whatever the host does
+        raise
+    return runbook, params, connecting.result()
+
+
 def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
     runbook = load_named(args)
     return runbook, resolve_parameters(runbook, args.set)
@@ -76,9 +145,9 @@ def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from runbook_runner.runner import Runner
 
-    runbook, params = _load_with_params(args)
     out = console.Output(args.json)
-    with _connect(args, out) as transport:
+    runbook, params, connected = _load_and_connect(args, out)
+    with connected as transport:
         out.line(f"{runbook.name} on {_host_label(args, transport)} (read-only check)")
         observed = Runner(runbook, params, transport).check_goal("now")
     ok = all(r.ok for r in observed.results)
@@ -112,18 +181,23 @@ def _execute_run(
     from runbook_runner.recording import Recorder
     from runbook_runner.runner import Runner
 
-    runbook, params = _load_with_params(args)
-    resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
-    if resume is not None:
-        args.from_step = resume[1]
-    if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
-        raise UsageError(
-            f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
-            f"(steps: {', '.join(s.id for s in runbook.steps)})",
-            "runbook run",
-        )
     out = console.Output(args.json)
-    with _connect(args, out) as transport:
+    connecting = _Connecting(args, out)
+    try:
+        runbook, params = _load_with_params(args)
+        resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if resume is not None:
+            args.from_step = resume[1]
+        if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
+            raise UsageError(
+                f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
+                f"(steps: {', '.join(s.id for s in runbook.steps)})",
+                "runbook run",
+            )
+    except BaseException:
+        connecting.abandon()  # bad input is reported as such, whatever the host does
+        raise
+    with connecting.result() as transport:
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")

@@ -83,3 +83,33 @@ def test_an_unwritable_cache_is_no_error(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # a file where a folder must go
     text = (REPO / "benchmarks" / "ten-steps.yaml").read_bytes()
     assert runbook.loads(text, "ten-steps.yaml", "ten-steps").name == "ten-steps"
+
+
+def test_match_exec_in_ssh_config_still_works_when_invoke_was_not_loaded(gpu_host, tmp_path):
+    """The CLI imports paramiko without invoke; a "Match exec" in ssh_config loads it then."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f'Match originalhost gpu-alias exec "true"\n'
+        f"  HostName 127.0.0.1\n  Port {gpu_host.port}\n  User {gpu_host.user}\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "runbook_runner",
+        "check",
+        str(REPO / "benchmarks" / "ten-steps.yaml"),
+        "--host",
+        "gpu-alias",
+        "--ssh-config",
+        str(config),
+        "-i",
+        str(gpu_host.client_key),
+        "--known-hosts",
+        str(gpu_host.known_hosts),
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "goal holds" in done.stdout
