@@ -1,6 +1,6 @@
 """Benchmark: `runbook check` and `runbook run` against OpenSSH, whole processes, interleaved.
 
-    python3 benchmarks/bench_ssh.py [--runs 7] [--sizes 10,50,200] [--plain-max 50]
+    python3 benchmarks/bench_ssh.py [--runs 7] [--sizes 10,50,200] [--plain-max 60]
 
 Starts the tests' local sshd (tests/sshd.py: real OpenSSH on 127.0.0.1 fronting the
 simulated 8-GPU server, a login user with a fast /bin/sh), then times, round after round,
@@ -18,7 +18,8 @@ multiplexes pays from nothing. "ssh warm": the same over a master already open. 
 plain": one `ssh` connection per command (skipped above --plain-max commands: minutes).
 
 Every kind of sample is taken once per round, in turn, so a busy machine slows all of them
-alike; the table shows medians and the spread (min-max), and the peak RSS of `runbook`.
+alike; the table shows medians and the spread (min-max), and the CPU time (user + system)
+and peak RSS of the `runbook` process.
 One more row times `runbook check` with an empty schema cache (the first load of a
 runbook after it changed). Not a test: timings depend on the machine.
 """
@@ -86,8 +87,8 @@ def observation_commands(path: Path) -> list[str]:
     return [runner.render(o.command) for o in runbook.observations.values() if o.command]
 
 
-def measured(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Seconds and peak RSS (KiB) of one process, which must succeed (or say why)."""
+def measured(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, float]:
+    """Seconds, peak RSS (KiB) and CPU seconds of one process, which must succeed."""
     started = time.perf_counter()
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO
@@ -99,7 +100,7 @@ def measured(argv: list[str], env: dict[str, str] | None = None) -> tuple[float,
     elapsed = time.perf_counter() - started
     if process.returncode not in (0,):
         raise SystemExit(f"{' '.join(argv[:6])}... exited {process.returncode}: {error.decode()}")
-    return elapsed, usage.ru_maxrss
+    return elapsed, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -196,6 +197,7 @@ def main() -> None:
         )
     samples: dict[str, dict[str, list[float]]] = {label: {} for label, _, _ in rows}
     rss: dict[str, list[int]] = {label: [] for label, _, _ in rows}
+    cpu: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     first_load: list[float] = []
     try:
         for _, argv, commands in rows:  # warm the page cache, .pyc files, the schema cache
@@ -204,7 +206,8 @@ def main() -> None:
         for round_ in range(args.runs):
             print(f"round {round_ + 1}/{args.runs}", file=sys.stderr, flush=True)
             for label, argv, commands in rows:
-                elapsed, peak = measured(argv, env)
+                elapsed, peak, used = measured(argv, env)
+                cpu[label].append(used)
                 kinds = samples[label]
                 kinds.setdefault("runbook", []).append(elapsed)
                 rss[label].append(peak)
@@ -228,16 +231,17 @@ def main() -> None:
     print()
     print(
         "| work | commands | `runbook` | ssh ControlMaster, opened in the run | already open "
-        "| plain `ssh` per command | `runbook` / opened in the run | peak RSS of `runbook` |"
+        "| plain `ssh` per command | `runbook` / opened in the run | `runbook` CPU "
+        "| peak RSS of `runbook` |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, _, commands in rows:
         kinds = samples[label]
         ratio = statistics.median(kinds["runbook"]) / statistics.median(kinds["ssh cold"])
         print(
             f"| {label} | {len(commands)} | {cell(kinds['runbook'])} | {cell(kinds['ssh cold'])} "
             f"| {cell(kinds['ssh warm'])} | {cell(kinds.get('ssh plain'))} | {ratio:.2f}x "
-            f"| {max(rss[label]) / 1024:.0f} MiB |"
+            f"| {statistics.median(cpu[label]):.2f} s | {max(rss[label]) / 1024:.0f} MiB |"
         )
     print()
     print(f"check gpu-oom-recovery with an empty schema cache: {cell(first_load)}")

@@ -11,13 +11,16 @@ folder; its exit status is written by a wrapper only when the command ended by i
 a missing status file means it was ended by its timeout. Commands that are not ``alone``
 start together as background jobs; the ``alone`` ones run after them, one at a time.
 
-When all have finished the script prints, for each command, one header line::
+When all have finished the script prints one line per command::
 
-    <boundary> <index> <exit status or -> <stdout size> <stderr size>
+    <boundary> <index> <exit status, or - when its timeout ended it>
 
-followed by the last ``limit`` bytes of its stdout, then of its stderr, raw. The reader
-takes exactly as many bytes as the header says, so nothing a command prints can be taken
-for a header; the boundary (random per run) is checked on each header as well.
+then ``wc -c`` of every output file (``0.o 0.e 1.o ...``), the boundary alone on a line,
+and the last ``limit`` bytes of each file, raw, in that order (one ``tail`` for all). The
+reader takes exactly as many bytes of each as the sizes say, so nothing a command prints
+can be taken for framing: it all comes after the framing, counted. The boundary is random
+per run, so not even a command that knew the format could end the framing early.
+Builtins, one ``wc`` and one ``tail``: few processes on the host besides the commands.
 """
 
 from __future__ import annotations
@@ -110,14 +113,17 @@ def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: boo
         lines.append(job(index, command))
     if limit < 1:
         raise ValueError("the output limit must be at least one byte")
-    indices = " ".join(str(i) for i in range(len(commands)))
-    lines.append(
-        f"for i in {indices}; do "
-        'r=-; [ -f "$d/$i.rc" ] && r=$(cat "$d/$i.rc"); '
-        f'printf \'%s %s %s %s %s\\n\' {boundary} "$i" "$r" '
-        '$(wc -c <"$d/$i.o") $(wc -c <"$d/$i.e"); '
-        f'tail -c {limit} "$d/$i.o"; tail -c {limit} "$d/$i.e"; done'
-    )
+    files = " ".join(f"{i}.o {i}.e" for i in range(len(commands)))
+    lines += [
+        # Shell builtins only, then one wc and one tail for all: few processes on the host.
+        f"for i in {' '.join(str(i) for i in range(len(commands)))}; do "
+        'r=-; [ -f "$d/$i.rc" ] && read -r r <"$d/$i.rc"; '
+        f'printf \'%s %s %s\\n\' {boundary} "$i" "$r"; done',
+        f'cd "$d" || exit {UNSUPPORTED_STATUS}',
+        f"wc -c {files} </dev/null",
+        f"printf '%s\\n' {boundary}",
+        f"tail -q -c {limit} {files}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -134,30 +140,50 @@ def deadline(commands: list[BatchCommand]) -> float:
 
 
 def parse(data: bytes, count: int, boundary: str, limit: int) -> list[BatchOutput]:
-    """The framed output of :func:`script` -> one :class:`BatchOutput` per command, in order."""
-    outputs: list[BatchOutput] = []
+    """The framed output of :func:`script` -> one :class:`BatchOutput` per command, in order.
+
+    First one line per command (boundary, index, exit status), then ``wc -c`` of every
+    output file, then the boundary alone, then the kept tail of each file, in order.
+    """
+    statuses: list[int | None] = []
     position = 0
     prefix = boundary.encode() + b" "
     for index in range(count):
         end = data.find(b"\n", position)
         if end < 0 or not data.startswith(prefix, position):
-            raise BatchGarbled(f"no header for command {index}")
+            raise BatchGarbled(f"no status line for command {index}")
         fields = data[position + len(prefix) : end].split()
-        if len(fields) != 4 or fields[0] != str(index).encode():
-            raise BatchGarbled(f"a malformed header for command {index}: {fields!r}")
+        if len(fields) != 2 or fields[0] != str(index).encode():
+            raise BatchGarbled(f"a malformed status line for command {index}: {fields!r}")
         try:
-            status = None if fields[1] == b"-" else int(fields[1])
-            out_size, err_size = int(fields[2]), int(fields[3])
+            statuses.append(None if fields[1] == b"-" else int(fields[1]))
         except ValueError:
-            raise BatchGarbled(f"a malformed header for command {index}: {fields!r}") from None
+            raise BatchGarbled(f"a malformed status line for command {index}: {fields!r}") from None
         position = end + 1
-        out_kept, err_kept = min(out_size, limit), min(err_size, limit)
-        stdout = data[position : position + out_kept]
-        stderr = data[position + out_kept : position + out_kept + err_kept]
-        if len(stdout) + len(stderr) != out_kept + err_kept:
-            raise BatchGarbled(f"the output of command {index} was cut short")
-        position += out_kept + err_kept
-        outputs.append(BatchOutput(status, stdout, stderr, out_size, err_size))
+    end = data.find(b"\n" + boundary.encode() + b"\n", position - 1)
+    if end < 0:
+        raise BatchGarbled("no end to the sizes")
+    sizes: dict[bytes, int] = {}
+    for line in data[position:end].splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            sizes[parts[1]] = int(parts[0])
+    position = end + len(boundary) + 2
+    outputs: list[BatchOutput] = []
+    for index, status in enumerate(statuses):
+        kept: list[bytes] = []
+        for stream in (b"o", b"e"):
+            name = str(index).encode() + b"." + stream
+            if name not in sizes:
+                raise BatchGarbled(f"no size for {name.decode()}")
+            size = min(sizes[name], limit)
+            kept.append(data[position : position + size])
+            if len(kept[-1]) != size:
+                raise BatchGarbled(f"the output of command {index} was cut short")
+            position += size
+        outputs.append(
+            BatchOutput(status, kept[0], kept[1], sizes[b"%d.o" % index], sizes[b"%d.e" % index])
+        )
     if position != len(data):
         raise BatchGarbled(f"{len(data) - position} bytes after the last command")
     return outputs

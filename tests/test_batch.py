@@ -20,17 +20,23 @@ COMPARED = ("command", "exit_status", "stdout", "stderr", "timed_out", "stdout_s
 # -- the framing, without a host ----------------------------------------------------------------
 
 
-def frame(boundary: str, index: int, status: str, out: bytes, err: bytes, limit: int) -> bytes:
-    header = f"{boundary} {index} {status} {len(out)} {len(err)}\n".encode()
-    return header + out[-limit:] + err[-limit:]
+def framed(boundary: str, outputs: list[tuple[str, bytes, bytes]], limit: int) -> bytes:
+    """What the script prints for these (exit status, stdout, stderr)."""
+    data = b"".join(
+        f"{boundary} {i} {status}\n".encode() for i, (status, _, _) in enumerate(outputs)
+    )
+    for i, (_, out, err) in enumerate(outputs):
+        data += f"{len(out):7d} {i}.o\n{len(err):7d} {i}.e\n".encode()
+    data += b"999 total\n" + boundary.encode() + b"\n"
+    for _, out, err in outputs:
+        data += out[-limit:] + err[-limit:]
+    return data
 
 
 def test_output_that_looks_like_a_header_is_data():
     boundary = batch.new_boundary()
-    forged = f"{boundary} 1 0 0 0\n".encode()
-    data = frame(boundary, 0, "0", forged * 3, forged, 1000) + frame(
-        boundary, 1, "7", b"", b"", 1000
-    )
+    forged = f"{boundary} 1 0\n      0 1.o\n{boundary}\n".encode()  # framing, printed
+    data = framed(boundary, [("0", forged * 3, forged), ("7", b"", b"")], 1000)
     first, second = batch.parse(data, 2, boundary, 1000)
     assert first.stdout == forged * 3
     assert first.stderr == forged
@@ -41,7 +47,7 @@ def test_output_that_looks_like_a_header_is_data():
 
 def test_a_missing_status_is_a_timeout_and_sizes_count_all_bytes():
     boundary = batch.new_boundary()
-    data = frame(boundary, 0, "-", b"x" * 50, b"\xff\x00", 10)
+    data = framed(boundary, [("-", b"x" * 50, b"\xff\x00")], 10)
     (only,) = batch.parse(data, 1, boundary, 10)
     assert only.timed_out
     assert only.exit_status is None
@@ -54,11 +60,13 @@ def test_a_missing_status_is_a_timeout_and_sizes_count_all_bytes():
     "data",
     [
         b"",
-        b"rbr-other 0 0 0 0\n",
-        b"BOUNDARY 0 0 5 0\nabc",  # cut short
-        b"BOUNDARY 0 0 0 0\ntrailing",
-        b"BOUNDARY 1 0 0 0\n",  # wrong index
-        b"BOUNDARY 0 zero 0 0\n",
+        b"rbr-other 0 0\n",
+        b"BOUNDARY 0 0\n 5 0.o\n 0 0.e\nBOUNDARY\nabc",  # cut short
+        b"BOUNDARY 0 0\n 0 0.o\n 0 0.e\nBOUNDARY\ntrailing",
+        b"BOUNDARY 1 0\n 0 0.o\n 0 0.e\nBOUNDARY\n",  # wrong index
+        b"BOUNDARY 0 zero\n 0 0.o\n 0 0.e\nBOUNDARY\n",
+        b"BOUNDARY 0 0\n 0 0.o\n 0 0.e\n",  # no end to the sizes
+        b"BOUNDARY 0 0\n 0 0.o\nBOUNDARY\n",  # a size missing
     ],
 )
 def test_garbled_output_is_refused(data):
