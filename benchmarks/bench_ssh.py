@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -119,7 +120,14 @@ def main() -> None:
     host.set_state(eight_gpu_server())
     work = Path(tempfile.mkdtemp(prefix="rbr-bench-"))
     control = work / "ctl"
-    env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), XDG_CACHE_HOME=str(work / "cache"))
+    # Bytecode cached, as after "pip install" (which compiles it): never from source each run.
+    env = dict(
+        os.environ,
+        XDG_STATE_HOME=str(work / "state"),
+        XDG_CACHE_HOME=str(work / "cache"),
+        PYTHONPYCACHEPREFIX=str(work / "pycache"),
+    )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     ssh_base = [
         "ssh",
         "-p",
@@ -156,13 +164,27 @@ def main() -> None:
         fn()
         return time.perf_counter() - started
 
-    def ssh_cold(commands: list[str]) -> float:
-        def work_() -> None:
-            open_master()
-            over_master(commands)
-            close_master()
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
 
-        return timed(work_)
+    def ssh_cold(commands: list[str]) -> tuple[float, float]:
+        """Open a master (in the foreground, so its CPU counts), run, close: seconds, CPU."""
+        cpu_before, started = children_cpu(), time.perf_counter()
+        master = subprocess.Popen(
+            [*ssh_base[:-1], "-M", "-N", "-o", "ControlPersist=no", ssh_base[-1]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        while not control.exists():  # the socket appears once the login is done
+            if master.poll() is not None:
+                raise SystemExit("the ControlMaster exited")
+            time.sleep(0.001)
+        over_master(commands)
+        close_master()
+        master.wait()
+        return time.perf_counter() - started, children_cpu() - cpu_before
 
     def ssh_warm(commands: list[str]) -> float:
         open_master()
@@ -198,6 +220,7 @@ def main() -> None:
     samples: dict[str, dict[str, list[float]]] = {label: {} for label, _, _ in rows}
     rss: dict[str, list[int]] = {label: [] for label, _, _ in rows}
     cpu: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    ssh_cpu: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     first_load: list[float] = []
     try:
         for _, argv, commands in rows:  # warm the page cache, .pyc files, the schema cache
@@ -211,7 +234,9 @@ def main() -> None:
                 kinds = samples[label]
                 kinds.setdefault("runbook", []).append(elapsed)
                 rss[label].append(peak)
-                kinds.setdefault("ssh cold", []).append(ssh_cold(commands))
+                elapsed, used = ssh_cold(commands)
+                kinds.setdefault("ssh cold", []).append(elapsed)
+                ssh_cpu[label].append(used)
                 kinds.setdefault("ssh warm", []).append(ssh_warm(commands))
                 if len(commands) <= args.plain_max:
                     kinds.setdefault("ssh plain", []).append(ssh_plain(commands))
@@ -231,17 +256,18 @@ def main() -> None:
     print()
     print(
         "| work | commands | `runbook` | ssh ControlMaster, opened in the run | already open "
-        "| plain `ssh` per command | `runbook` / opened in the run | `runbook` CPU "
-        "| peak RSS of `runbook` |"
+        "| plain `ssh` per command | `runbook` / opened in the run | CPU: `runbook` "
+        "| CPU: ssh, opened in the run | peak RSS of `runbook` |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, _, commands in rows:
         kinds = samples[label]
         ratio = statistics.median(kinds["runbook"]) / statistics.median(kinds["ssh cold"])
         print(
             f"| {label} | {len(commands)} | {cell(kinds['runbook'])} | {cell(kinds['ssh cold'])} "
             f"| {cell(kinds['ssh warm'])} | {cell(kinds.get('ssh plain'))} | {ratio:.2f}x "
-            f"| {statistics.median(cpu[label]):.2f} s | {max(rss[label]) / 1024:.0f} MiB |"
+            f"| {statistics.median(cpu[label]):.2f} s | {statistics.median(ssh_cpu[label]):.2f} s "
+            f"| {max(rss[label]) / 1024:.0f} MiB |"
         )
     print()
     print(f"check gpu-oom-recovery with an empty schema cache: {cell(first_load)}")
