@@ -113,3 +113,45 @@ def test_match_exec_in_ssh_config_still_works_when_invoke_was_not_loaded(gpu_hos
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "goal holds" in done.stdout
+
+
+def test_a_bad_runbook_is_bad_input_even_while_the_host_cannot_be_reached(tmp_path, capsys):
+    """The connection opens while the runbook loads; the runbook's error still decides."""
+    import socket
+
+    from runbook_runner.cli import main
+
+    with socket.socket() as unused:  # a port where nothing listens
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    bad = REPO / "tests" / "broken-runbooks" / "bad-references.yaml"
+    for command in ("check", "run"):
+        code = main([command, str(bad), "--host", "127.0.0.1", "--port", str(port)])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "bad-references.yaml:" in err
+        assert "refused" not in err
+
+
+def test_an_unreachable_host_with_a_good_runbook_is_exit_3(tmp_path, capsys):
+    import socket
+
+    from runbook_runner.cli import main
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    code = main(
+        [
+            "check",
+            str(REPO / "benchmarks" / "ten-steps.yaml"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--known-hosts",
+            str(tmp_path / "kh"),
+        ]
+    )
+    assert code == 3
+    assert "connection refused" in capsys.readouterr().err
