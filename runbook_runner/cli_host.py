@@ -48,7 +48,21 @@ def load_named(args: argparse.Namespace) -> Runbook:
     return load(catalog(args).find(args.runbook))
 
 
+def _import_transport() -> None:
+    """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
+    (with unittest.mock and asyncio: a tenth of the start-up); target.py loads it on demand."""
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
+    try:
+        import runbook_runner.transport  # noqa: F401
+    finally:
+        if sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
 def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
+    _import_transport()
     from runbook_runner.transport import SshTransport, fingerprint, resolve_target
 
     target = resolve_target(
@@ -70,6 +84,61 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
     return SshTransport(target, console.prompt_passphrase, recorded).connect()
 
 
+class _Connecting:
+    """The SSH connection, opened in a thread while the runbook loads (the handshake waits on
+    the network and the host; loading waits on nothing). :meth:`result` hands it over, or
+    raises what connecting raised; :meth:`abandon` closes it when the run never starts."""
+
+    def __init__(self, args: argparse.Namespace, out: console.Output) -> None:
+        import threading
+
+        self._transport: SshTransport | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._connect, args=(args, out), daemon=True)
+        self._thread.start()
+
+    def _connect(self, args: argparse.Namespace, out: console.Output) -> None:
+        try:
+            transport = _connect(args, out)
+        except BaseException as error:  # handed to the main thread by result()
+            self._error = error
+            return
+        with self._lock:
+            if self._abandoned:
+                transport.close()
+            else:
+                self._transport = transport
+
+    def result(self) -> SshTransport:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        return self._transport
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+
+def _load_and_connect(
+    args: argparse.Namespace, out: console.Output
+) -> tuple[Runbook, dict[str, Any], SshTransport]:
+    """Load the runbook and its parameters while the connection is being opened."""
+    connecting = _Connecting(args, out)
+    try:
+        runbook, params = _load_with_params(args)
+    except BaseException:
+        connecting.abandon()  # bad input is reported as such, whatever the host does
+        raise
+    return runbook, params, connecting.result()
+
+
 def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
     runbook = load_named(args)
     return runbook, resolve_parameters(runbook, args.set)
@@ -87,9 +156,9 @@ def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from runbook_runner.runner import Runner
 
-    runbook, params = _load_with_params(args)
     out = console.Output(args.json)
-    with _connect(args, out) as transport:
+    runbook, params, connected = _load_and_connect(args, out)
+    with connected as transport:
         out.line(f"{runbook.name} on {_host_label(args, transport)} (read-only check)")
         observed = Runner(runbook, params, transport).check_goal("now")
     ok = all(r.ok for r in observed.results)
@@ -123,24 +192,29 @@ def _execute_run(
     from runbook_runner.recording import Recorder
     from runbook_runner.runner import Runner
 
-    runbook, params = _load_with_params(args)
-    if getattr(args, "resume", None) and (args.from_step or args.dry_run):
-        # A resume continues exactly where the journal says; a dry run's "planned" steps
-        # in that journal would read as decided ones.
-        raise UsageError(
-            "--resume continues where the run stopped: it cannot be combined with "
-            + ("--from" if args.from_step else "--dry-run"),
-            "runbook run",
-        )
-    resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
-    if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
-        raise UsageError(
-            f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
-            f"(steps: {', '.join(s.id for s in runbook.steps)})",
-            "runbook run",
-        )
     out = console.Output(args.json)
-    with _connect(args, out) as transport, _signals_raise_interrupted():
+    connecting = _Connecting(args, out)
+    try:
+        runbook, params = _load_with_params(args)
+        if getattr(args, "resume", None) and (args.from_step or args.dry_run):
+            # A resume continues exactly where the journal says; a dry run's "planned" steps
+            # in that journal would read as decided ones.
+            raise UsageError(
+                "--resume continues where the run stopped: it cannot be combined with "
+                + ("--from" if args.from_step else "--dry-run"),
+                "runbook run",
+            )
+        resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
+            raise UsageError(
+                f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
+                f"(steps: {', '.join(s.id for s in runbook.steps)})",
+                "runbook run",
+            )
+    except BaseException:
+        connecting.abandon()  # bad input is reported as such, whatever the host does
+        raise
+    with connecting.result() as transport, _signals_raise_interrupted():
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
@@ -165,16 +239,14 @@ def _execute_run(
         )
         lock = None
         report: RunReport | None = None
-        outcome, extra = "interrupted", {}
+        outcome = "interrupted"
+        extra: dict[str, Any] = {}
         try:
             if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
                 lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
                 previous = lock.acquire(break_stale=getattr(args, "break_lock", False))
-                journal.write(
-                    "lock",
-                    held=True,
-                    **({"taken_over_from": previous} if previous is not None else {}),
-                )
+                took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
+                journal.write("lock", held=True, **took)
             report = runner.run(
                 from_step=args.from_step,
                 dry_run=args.dry_run,
@@ -291,6 +363,7 @@ def _open_journal(
         journal = journal_module.Journal(path)
         partial = journal.drop_cut_short_tail()
         in_flight = plan.in_flight
+        dropped: dict[str, Any] = {} if partial is None else {"dropped_cut_short_line": partial}
         journal.write(
             "resume",
             from_step=plan.first,
@@ -299,7 +372,7 @@ def _open_journal(
             in_flight=(
                 {"step": in_flight.step, "maybe_sent": in_flight.maybe_sent} if in_flight else None
             ),
-            **({"dropped_cut_short_line": partial} if partial is not None else {}),
+            **dropped,
         )
         return journal, plan.run
     run_id = journal_module.new_run_id(runbook.name, transport.target.host)

@@ -29,18 +29,28 @@ class Recorder:
         return self.redact(text[-TAIL_BYTES:])
 
     def on_event(self, event: Event) -> None:
+        # Lines about read-only work are not fsynced one by one: the next destructive step's
+        # line (or the run's end) syncs them with it. Losing them to a power cut only means
+        # a resume repeats read-only steps.
         if isinstance(event, Observed):
             self.journal.write(
                 "observed",
+                sync=False,
                 label=event.label,
                 state=render.state_json(self.runbook, event.state),
                 checks=[{**r.to_json(), "message": self.redact(r.message)} for r in event.results],
             )
         elif isinstance(event, StepStarting):
-            self.journal.write("step-start", id=event.step.id, commands=list(event.commands))
+            self.journal.write(
+                "step-start",
+                sync=event.step.destructive,
+                id=event.step.id,
+                commands=list(event.commands),
+            )
         elif isinstance(event, Waiting):
             self.journal.write(
                 "wait",
+                sync=False,
                 step=event.step.id,
                 elapsed_s=round(event.elapsed_s, 3),
                 timeout_s=event.timeout_s,
@@ -50,6 +60,7 @@ class Recorder:
             for shown, result in zip(event.record.commands, event.record.results, strict=False):
                 self.journal.write(
                     "command",
+                    sync=False,
                     step=event.step.id,
                     command=shown,
                     exit_status=result.exit_status,
@@ -62,6 +73,7 @@ class Recorder:
                 )
             self.journal.write(
                 "step-end",
+                sync=event.step.destructive,
                 **{**event.record.to_json(), "message": self.redact(event.record.message)},
             )
 

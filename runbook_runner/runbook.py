@@ -65,6 +65,7 @@ class Observation:
     timeout: float = 30.0
     root: bool = False
     text: Template | None = None
+    alone: bool = False  # never run at the same time as the other observations of a set
 
     @property
     def source(self) -> str:
@@ -218,12 +219,13 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
         problems.append(_problem((), "a runbook is a mapping of keys (name, title, steps, ...)"))
     if problems:
         raise RunbookInvalid(filename, problems)
-    problems = schema.validate(source)
+    digest = hashlib.sha256(raw).hexdigest()
+    problems = schema.validate_once(source, digest)
     problems += check_meaning(source, stem)
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)
-    return _with_origin(runbook, filename, hashlib.sha256(raw).hexdigest())
+    return _with_origin(runbook, filename, digest)
 
 
 def _problem(path: yamlsource.Path, message: str) -> Problem:
@@ -281,6 +283,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             description=spec.get("description", ""),
             timeout=spec.get("timeout", 30.0),
             root=spec.get("root", False),
+            alone=spec.get("alone", False),
         )
         for name, spec in data["observations"].items()
     }

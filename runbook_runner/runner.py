@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runbook_runner import expr
+from runbook_runner.batch import BatchCommand
 from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
 from runbook_runner.events import (
     ConfirmRequest,
@@ -104,7 +105,38 @@ class Runner:
 
     def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
         wanted = list(self.runbook.observations) if names is None else list(names)
-        return {name: self._observe_one(name) for name in wanted}
+        remote = [n for n in wanted if self.runbook.observations[n].command is not None]
+        run_many = getattr(self.transport, "run_many", None)
+        if run_many is None or len(remote) < 2:
+            return {name: self._observe_one(name) for name in wanted}
+        # One round trip for the set: the commands run together on the host.
+        commands = {name: self._command_of(name) for name in remote}
+        batch = [
+            BatchCommand(
+                commands[name],
+                self.runbook.observations[name].timeout,
+                as_root=self.runbook.observations[name].root,
+                alone=self.runbook.observations[name].alone,
+            )
+            for name in remote
+        ]
+        try:
+            results = run_many(batch)
+        except ConnectionLost as lost:  # observations only read: sending them again is safe
+            self._reconnect(None, lost)
+            results = run_many(batch)
+        by_name = dict(zip(remote, results, strict=True))
+        return {
+            name: self._parsed(name, commands[name], by_name[name])
+            if name in by_name
+            else self._observe_one(name)
+            for name in wanted
+        }
+
+    def _command_of(self, name: str) -> str:
+        command = self.runbook.observations[name].command
+        assert command is not None
+        return self.render(command)
 
     def _observe_one(self, name: str) -> Any:
         observation = self.runbook.observations[name]
@@ -115,13 +147,18 @@ class Runner:
                 return parser.parse(text, 0, text)
             except ParseError as error:
                 return Unavailable(str(error), "unparsable")
-        assert observation.command is not None
-        command = self.render(observation.command)
+        command = self._command_of(name)
         try:
             result = self.transport.run(command, observation.timeout, as_root=observation.root)
         except ConnectionLost as lost:  # an observation only reads: sending it again is safe
             self._reconnect(None, lost)
             result = self.transport.run(command, observation.timeout, as_root=observation.root)
+        return self._parsed(name, command, result)
+
+    def _parsed(self, name: str, command: str, result: CommandResult) -> Any:
+        """A command's result -> the parsed value, or Unavailable saying why not."""
+        observation = self.runbook.observations[name]
+        parser = PARSERS[observation.parser]
         if result.timed_out:
             return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
         status = result.exit_status if result.exit_status is not None else -1

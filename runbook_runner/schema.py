@@ -8,9 +8,12 @@ rewritten into short messages a person can act on, each with its position.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
+import os
 from functools import cache
 from importlib import resources
+from pathlib import Path as FilePath
 from typing import Any
 
 from runbook_runner.yamlsource import Path, Problem, Source
@@ -19,15 +22,45 @@ SCHEMA_FILE = "runbook.schema.json"
 
 
 @cache
-def schema() -> dict[str, Any]:
-    text = (
+def _schema_text() -> str:
+    return (
         resources.files("runbook_runner")
         .joinpath("schema")
         .joinpath(SCHEMA_FILE)
         .read_text("utf-8")
     )
-    result: dict[str, Any] = json.loads(text)
+
+
+@cache
+def schema() -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_schema_text())
     return result
+
+
+def cache_dir(environ: dict[str, str] | os._Environ[str]) -> FilePath:
+    """Where the digests of documents that passed the schema are kept ($XDG_CACHE_HOME)."""
+    base = environ.get("XDG_CACHE_HOME") or str(FilePath.home() / ".cache")
+    return FilePath(base) / "runbook-runner" / "schema-valid"
+
+
+def validate_once(source: Source, digest: str) -> list[Problem]:
+    """:func:`validate`, skipped for a document (by the SHA-256 of its bytes) that already
+    passed this very schema: importing jsonschema and walking the schema is most of the
+    time a load takes. Only a pass is remembered; a cache that cannot be written is no error.
+    """
+    schema_digest = hashlib.sha256(_schema_text().encode()).hexdigest()
+    key = hashlib.sha256(f"{schema_digest} {digest}".encode()).hexdigest()
+    marker = cache_dir(os.environ) / key
+    if marker.is_file():
+        return []
+    problems = validate(source)
+    if not problems:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass
+    return problems
 
 
 def schema_path() -> str:

@@ -49,7 +49,7 @@ def resolve_target(
     entry: dict[str, Any] = {}
     if config_path.is_file():
         try:
-            entry = dict(paramiko.SSHConfig.from_path(str(config_path)).lookup(host))
+            entry = _lookup(paramiko.SSHConfig.from_path(str(config_path)), host)
         except (OSError, paramiko.SSHException) as error:
             raise Unreachable(
                 f"cannot read {config_path}: {error}", "fix or remove the file"
@@ -69,3 +69,16 @@ def resolve_target(
         proxy_jump=None if proxy in (None, "none") else proxy,
         ssh_config=ssh_config,
     )
+
+
+def _lookup(config: paramiko.SSHConfig, host: str) -> dict[str, Any]:
+    try:
+        return dict(config.lookup(host))
+    except ImportError:
+        # The CLI imports paramiko without invoke (a tenth of its start-up); only a
+        # "Match exec" needs it, and gets it now.
+        import invoke
+        import paramiko.config
+
+        paramiko.config.invoke = invoke  # type: ignore[attr-defined]
+        return dict(config.lookup(host))

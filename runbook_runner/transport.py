@@ -12,12 +12,14 @@ import logging
 import select
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import paramiko
 
+from runbook_runner import batch
+from runbook_runner.batch import BatchCommand
 from runbook_runner.errors import (
     AuthenticationFailed,
     ConnectionLost,
@@ -37,6 +39,7 @@ from runbook_runner.target import SshTarget, resolve_target
 from runbook_runner.template import quote
 
 __all__ = [
+    "BatchCommand",
     "CommandResult",
     "SshTarget",
     "SshTransport",
@@ -403,6 +406,72 @@ class SshTransport:
                 f"{self.target.label}: connection lost while taking the lock ({error})",
                 "check the host; re-run, or resume the run",
             ) from None
+
+    def run_many(
+        self, commands: Sequence[BatchCommand], *, output_limit: int = DEFAULT_OUTPUT_LIMIT
+    ) -> list[CommandResult]:
+        """Run read-only commands as one script on one channel (see :mod:`batch`).
+
+        Each result is what :meth:`run` would have returned for that command alone; the
+        ones not marked ``alone`` run at the same time. A host without ``timeout`` or
+        ``mktemp`` gets them one by one through :meth:`run`.
+        """
+        wanted = list(commands)
+        if len(wanted) < 2:
+            return [self._run_one(c, output_limit) for c in wanted]
+        boundary = batch.new_boundary()
+        text = batch.script(wanted, boundary, output_limit, self.is_root)
+        started = time.monotonic()
+        channel = self._open_channel()
+        # Room for every command's kept output on both streams, plus the headers.
+        room = 2 * output_limit * len(wanted) + 256 * len(wanted) + 4096
+        try:
+            channel.exec_command(text.encode("utf-8", "surrogateescape"))
+            out, err = TailBuffer(room), TailBuffer(room)
+            timed_out = _drain(channel, started + batch.deadline(wanted), out, err)
+            exit_status = None if timed_out else channel.recv_exit_status()
+            if exit_status == -1 and not channel.get_transport().is_active():
+                raise EOFError("the connection closed before the commands ended")
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            raise ConnectionLost(
+                f"{self.target.label}: connection lost while running commands ({error})",
+                "check the host; re-run, or resume the run",
+            ) from None
+        finally:
+            _close_quietly(channel)
+        duration = time.monotonic() - started
+        if timed_out:
+            pgid, _ = _pgid_mark(err.head)
+            if pgid:
+                self._end_process_group(pgid, False)
+            return [
+                CommandResult(batch.as_sent(c, self.is_root), None, "", "", duration, True)
+                for c in wanted
+            ]
+        try:
+            if exit_status == batch.UNSUPPORTED_STATUS:
+                raise batch.BatchUnsupported
+            outputs = batch.parse(out.bytes(), len(wanted), boundary, output_limit)
+        except (batch.BatchUnsupported, batch.BatchGarbled):
+            return [self._run_one(c, output_limit) for c in wanted]
+        return [
+            CommandResult(
+                command=batch.as_sent(c, self.is_root),
+                exit_status=o.exit_status,
+                stdout=o.stdout.decode("utf-8", "replace"),
+                stderr=o.stderr.decode("utf-8", "replace"),
+                duration_s=duration,
+                timed_out=o.timed_out,
+                stdout_size=o.stdout_size,
+                stderr_size=o.stderr_size,
+            )
+            for c, o in zip(wanted, outputs, strict=True)
+        ]
+
+    def _run_one(self, command: BatchCommand, output_limit: int) -> CommandResult:
+        return self.run(
+            command.command, command.timeout, output_limit=output_limit, as_root=command.as_root
+        )
 
     def _open_channel(self) -> paramiko.Channel:
         transport = self._client.get_transport() if self._client else None

@@ -27,6 +27,7 @@ def run_journals_in_tmp(tmp_path, monkeypatch) -> Path:
     """Run journals go to the test's folder, not to the user's ~/.local/state."""
     state = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return state / "runbook-runner" / "runs"
 
 
