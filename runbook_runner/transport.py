@@ -425,13 +425,21 @@ class SshTransport:
         channel = self._open_channel()
         # Room for every command's kept output on both streams, plus the headers.
         room = 2 * output_limit * len(wanted) + 256 * len(wanted) + 4096
+        out, err = TailBuffer(room), TailBuffer(room)
         try:
             channel.exec_command(text.encode("utf-8", "surrogateescape"))
-            out, err = TailBuffer(room), TailBuffer(room)
+            channel.shutdown_write()
             timed_out = _drain(channel, started + batch.deadline(wanted), out, err)
             exit_status = None if timed_out else channel.recv_exit_status()
             if exit_status == -1 and not channel.get_transport().is_active():
                 raise EOFError("the connection closed before the commands ended")
+        except KeyboardInterrupt as interrupt:
+            # As in run(): the observations must not outlive the operator's run.
+            sudo = any(c.as_root for c in wanted) and not self.is_root
+            pgid = self._end_after_interrupt(channel, err, sudo)
+            if isinstance(interrupt, Interrupted):
+                interrupt.ended_on_host = pgid
+            raise
         except (paramiko.SSHException, OSError, EOFError) as error:
             raise ConnectionLost(
                 f"{self.target.label}: connection lost while running commands ({error})",
