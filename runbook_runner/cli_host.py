@@ -56,7 +56,10 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
             f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {target.known_hosts}"
         )
 
-    return SshTransport(target, console.prompt_passphrase, recorded).connect()
+    def notice(text: str) -> None:
+        print(f"runbook: {text}", file=sys.stderr, flush=True)
+
+    return SshTransport(target, console.prompt_passphrase, recorded, notice).connect()
 
 
 def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:

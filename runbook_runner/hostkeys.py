@@ -15,6 +15,7 @@ from pathlib import Path
 import paramiko
 
 from runbook_runner.errors import HostKeyChanged, UnknownHostKey
+from runbook_runner.knownhosts import hash_name
 from runbook_runner.target import SshTarget
 
 
@@ -56,10 +57,13 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self.on_record(hostname, key)
 
 
-def record_host_key(known_hosts: Path, hostname: str, key: paramiko.PKey) -> None:
-    """Append one known_hosts line, as OpenSSH's accept-new does."""
+def record_host_key(
+    known_hosts: Path, hostname: str, key: paramiko.PKey, *, hashed: bool = False
+) -> None:
+    """Append one known_hosts line, as OpenSSH's accept-new does (hashed: HashKnownHosts)."""
     known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+    name = hash_name(hostname, os.urandom(20)) if hashed else hostname
+    line = f"{name} {key.get_name()} {key.get_base64()}\n"
     with known_hosts.open("a", encoding="ascii") as handle:
         handle.write(line)
         handle.flush()
