@@ -191,12 +191,13 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
         transport.auth_timeout = target.connect_timeout
         try:
             transport.start_client(timeout=target.connect_timeout)
+            # start_client returns when the time is up even if the handshake did not finish.
+            key = transport.get_remote_server_key()
         except (paramiko.SSHException, EOFError, OSError) as error:
             raise Unreachable(
                 f"{target.label}: SSH handshake failed ({error or type(error).__name__})",
                 "is an SSH server listening on that port?",
             ) from None
-        key = transport.get_remote_server_key()
         verify_host_key(target, known.entries, key, hooks)
         authenticate(transport, target, hooks)
         if target.server_alive_interval > 0:
