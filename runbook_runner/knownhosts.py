@@ -9,11 +9,13 @@ OpenSSH's rules, followed here:
 - every file (UserKnownHostsFile, then GlobalKnownHostsFile) goes into one pool;
 - a host field is a comma list of patterns (``*``, ``?``, ``!negation``,
   ``[host]:port``), or one hashed ``|1|salt|hash`` name; the name looked up is
-  ``host``, or ``[host]:port`` for a port other than 22 (a port-less entry does not
-  match it), or the HostKeyAlias as it is;
+  ``host``, or ``[host]:port`` for a port other than 22, or the HostKeyAlias as it is;
 - any matching line with the offered key: known (a stale line before it does not
-  matter); else a matching line with another key of the same type: changed;
-  else: new. A matching ``@revoked`` line with the key overrides all of that.
+  matter); else a matching line with any other key: changed; else: new. A matching
+  ``@revoked`` line with the key overrides all of that;
+- for a port other than 22 (and no HostKeyAlias) with no key at all under
+  ``[host]:port``, a port-less line with the key is accepted too (OpenSSH's
+  "checking without port identifier").
 """
 
 from __future__ import annotations
@@ -169,24 +171,42 @@ def for_host(entries: Sequence[Entry], name: str) -> tuple[Entry, ...]:
     return tuple(e for e in entries if host_matches(e.hosts, name))
 
 
-def check(entries: Sequence[Entry], name: str, key_type: str, blob: bytes) -> Decision:
-    """OpenSSH's check_key_in_hostkeys for one plain (non-certificate) host key."""
+def check(
+    entries: Sequence[Entry], name: str, key_type: str, blob: bytes, plain_name: str | None = None
+) -> Decision:
+    """OpenSSH's check_host_key for one plain (non-certificate) host key.
+
+    ``plain_name``: for a port other than 22 without HostKeyAlias, the port-less name
+    OpenSSH tries when ``[host]:port`` knows no key at all (a key found there is
+    accepted; anything else leaves the verdict at "new").
+    """
+    decision = _check_name(entries, name, blob)
+    if decision.verdict is Verdict.NEW and plain_name is not None:
+        fallback = _check_name(entries, plain_name, blob)
+        if fallback.verdict in (Verdict.KNOWN, Verdict.REVOKED):
+            # REVOKED: OpenSSH would go on to treat the key as new; we refuse (stricter).
+            return fallback
+    return decision
+
+
+def _check_name(entries: Sequence[Entry], name: str, blob: bytes) -> Decision:
+    """hostfile.c's check_hostkeys_by_key_or_type: any other key for the host is a change."""
     mine = for_host(entries, name)
-    if any(e.marker == "@revoked" and e.blob == blob for e in mine):
-        revoked = next(e for e in mine if e.marker == "@revoked" and e.blob == blob)
+    revoked = next((e for e in mine if e.marker == "@revoked" and e.blob == blob), None)
+    if revoked is not None:
         return Decision(Verdict.REVOKED, revoked)
     plain = [e for e in mine if e.marker is None]
     for entry in plain:
         if entry.blob == blob:
             return Decision(Verdict.KNOWN, entry)
-    for entry in plain:
-        if entry.key_type == key_type:
-            return Decision(Verdict.CHANGED, entry)
-    others = tuple(dict.fromkeys(e.key_type for e in plain))
-    if not plain and any(e.marker == "@cert-authority" for e in mine):
+    if plain:
+        # OpenSSH orders the host key algorithms so that a known type is negotiated
+        # first; a key of another type then still means the host's key changed.
+        return Decision(Verdict.CHANGED, plain[-1], tuple(dict.fromkeys(e.key_type for e in plain)))
+    if any(e.marker == "@cert-authority" for e in mine):
         ca = next(e for e in mine if e.marker == "@cert-authority")
         return Decision(Verdict.CA_ONLY, ca)
-    return Decision(Verdict.NEW, None, others)
+    return Decision(Verdict.NEW)
 
 
 def preferred_algorithms(

@@ -38,6 +38,22 @@ DEFAULT_IDENTITIES = (
     "~/.ssh/id_xmss",
     "~/.ssh/id_dsa",
 )
+# OpenSSH 9.2's defaults: without an OpenSSH client, what paramiko may negotiate is held
+# to what ssh would allow (paramiko alone would still offer CBC ciphers and MD5 MACs).
+OPENSSH_DEFAULT_ALGORITHMS = {
+    "kexalgorithms": "sntrup761x25519-sha512@openssh.com,curve25519-sha256,"
+    "curve25519-sha256@libssh.org,ecdh-sha2-nistp256,ecdh-sha2-nistp384,ecdh-sha2-nistp521,"
+    "diffie-hellman-group-exchange-sha256,diffie-hellman-group16-sha512,"
+    "diffie-hellman-group18-sha512,diffie-hellman-group14-sha256",
+    "ciphers": "chacha20-poly1305@openssh.com,aes128-ctr,aes192-ctr,aes256-ctr,"
+    "aes128-gcm@openssh.com,aes256-gcm@openssh.com",
+    "macs": "umac-64-etm@openssh.com,umac-128-etm@openssh.com,hmac-sha2-256-etm@openssh.com,"
+    "hmac-sha2-512-etm@openssh.com,hmac-sha1-etm@openssh.com,umac-64@openssh.com,"
+    "umac-128@openssh.com,hmac-sha2-256,hmac-sha2-512,hmac-sha1",
+    "hostkeyalgorithms": "ssh-ed25519,ecdsa-sha2-nistp256,ecdsa-sha2-nistp384,"
+    "ecdsa-sha2-nistp521,sk-ssh-ed25519@openssh.com,sk-ecdsa-sha2-nistp256@openssh.com,"
+    "rsa-sha2-512,rsa-sha2-256",
+}
 DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_JUMPS = 10  # a ProxyJump loop (a -> b -> a) is refused, not followed forever
 
@@ -105,6 +121,13 @@ class SshTarget:
             return self.host_key_alias.lower()
         name = self.hostname.lower()
         return name if self.port == 22 else f"[{name}]:{self.port}"
+
+    @property
+    def host_key_plain_name(self) -> str | None:
+        """The port-less name OpenSSH also tries for a port other than 22 (no HostKeyAlias)."""
+        if self.host_key_alias or self.port == 22:
+            return None
+        return self.hostname.lower()
 
     @property
     def route(self) -> tuple[SshTarget, ...]:
@@ -364,6 +387,15 @@ def fallback_options(
         options["proxyjump"] = [jump]
         options.pop("proxycommand", None)
     options.setdefault("identityfile", list(DEFAULT_IDENTITIES))
+    for key in OPENSSH_DEFAULT_ALGORITHMS:
+        if options.get(key) and options[key][0][:1] in ("+", "-", "^"):
+            raise SshSetupError(
+                f"{path}: {key} {options[key][0]}: changing OpenSSH's default list needs OpenSSH "
+                "to read it, and no OpenSSH client (ssh) is installed",
+                "install an OpenSSH client, or list the algorithms in full",
+            )
+    for key, value in OPENSSH_DEFAULT_ALGORITHMS.items():
+        options.setdefault(key, [value])
     options.setdefault("userknownhostsfile", ["~/.ssh/known_hosts ~/.ssh/known_hosts2"])
     options.setdefault(
         "globalknownhostsfile", ["/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"]
