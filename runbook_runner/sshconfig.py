@@ -367,6 +367,9 @@ def fallback_options(
                     "and no OpenSSH client (ssh) is installed",
                     "install an OpenSSH client, or give an ssh config without it (--ssh-config)",
                 )
+        # OpenSSH reads "#" at the start of a word as a comment ("Port 2222 # lab"); paramiko
+        # would keep it in the value.
+        text = "\n".join(re.sub(r"\s#.*$", "", line) for line in text.splitlines())
         try:
             config = paramiko.SSHConfig.from_text(text)
             entry = dict(config.lookup(host))
@@ -454,6 +457,7 @@ def build_target(
         if path not in files:
             files.append(path)
     strict = (_first(options, "stricthostkeychecking") or "ask").lower()
+    strict = {"false": "no", "off": "no", "true": "yes"}.get(strict, strict)
     if strict in ("no", "off", "false") and not accept_new:
         notices.append(
             f"{host}: StrictHostKeyChecking {strict} in the ssh config: runbook still refuses "
