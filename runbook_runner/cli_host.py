@@ -49,6 +49,7 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
         accept_new_host_key=args.accept_new_host_key,
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+        ssh=getattr(args, "ssh_client", "auto"),
     )
 
     def recorded(host: str, key: Any) -> None:
@@ -325,6 +326,9 @@ def cmd_drill(args: argparse.Namespace) -> int:
             5.0,
         )
         args.dry_run, args.from_step = False, None
+        # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
+        # resolve, and a drill starts no program on this machine.
+        args.ssh_client = None
         args.lock, args.journal, args.resume, args.break_lock, args.force = (
             False,
             None,

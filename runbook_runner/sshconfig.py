@@ -214,9 +214,13 @@ def _resolve(
             "check the ProxyJump lines of your ssh config",
         )
     if settings.program is not None:
-        options = run_ssh_g(settings.program, host, settings.ssh_config, user, port, jump_override)
+        options = run_ssh_g(
+            settings.program, host, settings.ssh_config, user, port, jump_override, identities
+        )
     else:
-        options = fallback_options(host, settings.ssh_config, user, port, jump_override)
+        options = fallback_options(
+            host, settings.ssh_config, user, port, jump_override, bool(identities)
+        )
     target = build_target(
         host,
         options,
@@ -283,8 +287,12 @@ def run_ssh_g(
     user: str | None,
     port: int | None,
     jump: str | None = None,
+    identities: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """The one subprocess call: OpenSSH's effective configuration for ``host``."""
+    """The one subprocess call: OpenSSH's effective configuration for ``host``.
+
+    ``identities`` (-i) go along: with one, ssh adds no default identity files.
+    """
     argv = [program, "-G"]
     if ssh_config is not None:
         argv += ["-F", str(ssh_config)]
@@ -294,6 +302,8 @@ def run_ssh_g(
         argv += ["-p", str(port)]
     if jump:
         argv += ["-J", jump]
+    for identity in identities:
+        argv += ["-i", identity]
     argv += ["--", host]
     try:
         done = subprocess.run(
@@ -345,6 +355,7 @@ def fallback_options(
     user: str | None,
     port: int | None,
     jump: str | None,
+    has_identities: bool = False,
 ) -> dict[str, list[str]]:
     """paramiko's view of the config, shaped like ``ssh -G`` output (no OpenSSH client)."""
     import paramiko
@@ -389,7 +400,8 @@ def fallback_options(
     if jump:
         options["proxyjump"] = [jump]
         options.pop("proxycommand", None)
-    options.setdefault("identityfile", list(DEFAULT_IDENTITIES))
+    if not has_identities:  # as for ssh: the defaults only when no -i and no IdentityFile
+        options.setdefault("identityfile", list(DEFAULT_IDENTITIES))
     for key in OPENSSH_DEFAULT_ALGORITHMS:
         if options.get(key) and options[key][0][:1] in ("+", "-", "^"):
             raise SshSetupError(
@@ -452,7 +464,7 @@ def build_target(
     alias = None if alias in (None, "none") else alias
     tokens = _tokens(host, hostname, port, user, alias, _first(options, "proxyjump"))
     files: list[str] = [str(_expand_path(p, tokens)) for p in explicit_identities]
-    for raw in options.get("identityfile", ()):
+    for raw in options.get("identityfile", ()):  # with ssh -G, the -i files come first
         path = str(_expand_path(raw, tokens))
         if path not in files:
             files.append(path)

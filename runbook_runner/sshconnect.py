@@ -260,7 +260,7 @@ def verify_host_key(
             "check the fingerprint with the host's owner, then re-run with --accept-new-host-key",
         )
     record_host_key(target.known_hosts, name, key, hashed=target.hash_known_hosts)
-    hooks.on_record(target.label, key)
+    hooks.on_record(name, key)
 
 
 # -- authentication --------------------------------------------------------------------
