@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,13 +106,18 @@ def lab(sshd_host, tmp_path_factory):
         )
         from sshd import wait_for
 
-        wait_for(sock.exists, 10, "ssh-agent to listen")
-        subprocess.run(
-            ["ssh-add", str(key)],
-            env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
-            check=True,
-            capture_output=True,
-        )
+        def added() -> bool:  # the socket may exist a moment before the agent answers
+            return (
+                subprocess.run(
+                    ["ssh-add", str(key)],
+                    env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
+                    capture_output=True,
+                    check=False,
+                ).returncode
+                == 0
+            )
+
+        wait_for(added, 10, "ssh-agent to take the key")
         yield Lab(
             folder,
             sshd_host.port,
@@ -446,12 +452,16 @@ def environment(monkeypatch):
 def _compare(case: Case, lab: Lab, folder: Path, set_agent) -> None:
     set_agent(case, lab)
     config, values = _prepare(case, lab, folder)
-    case_kh = folder / "known_hosts"
-    original = case_kh.read_text() if case.known_hosts is not None else None
-    ours = _ours(case, config, values)
-    if original is not None:  # ssh starts from the same file: accept-new may have written to it
-        case_kh.write_text(original)
-    openssh = _openssh(case, config, values)
+    # ssh gets its own known_hosts copy (accept-new writes to it), so both run at once.
+    theirs = {**values, "case_kh": str(folder / "known_hosts.ssh")}
+    if case.known_hosts is not None:
+        shutil.copy(folder / "known_hosts", folder / "known_hosts.ssh")
+    ssh_config = folder / "config.ssh"
+    ssh_config.write_text((case.config + TAIL).format(**theirs))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(_openssh, case, ssh_config, theirs)
+        ours = _ours(case, config, values)
+        openssh = running.result()
     if "Traceback" in ours.message:
         pytest.fail(f"a traceback in our message: {ours.message}")
     if case.refusal is not None:
