@@ -173,6 +173,8 @@ def resolve_target(
     if "@" in host and user is None:
         user, host = host.rsplit("@", 1)
     _check_host_word(host)
+    if port is not None and not 0 < port < 65536:
+        raise SshSetupError(f"--port {port}: not a TCP port", "give a port from 1 to 65535")
     if ssh_config is not None and not ssh_config.is_file():
         raise SshSetupError(f"{ssh_config}: no such file", "give an existing file to --ssh-config")
     settings = _Settings(
