@@ -215,11 +215,12 @@ def _resolve(
             f"{host}: more than {MAX_JUMPS} jump hosts; is there a ProxyJump loop?",
             "check the ProxyJump lines of your ssh config",
         )
+    options: dict[str, list[str]] | None = None
     if settings.program is not None:
         options = run_ssh_g(
             settings.program, host, settings.ssh_config, user, port, jump_override, identities
         )
-    else:
+    if options is None:  # no OpenSSH client, or one too old for -G (before 6.8)
         options = fallback_options(
             host, settings.ssh_config, user, port, jump_override, bool(identities)
         )
@@ -290,10 +291,11 @@ def run_ssh_g(
     port: int | None,
     jump: str | None = None,
     identities: Sequence[str] = (),
-) -> dict[str, list[str]]:
+) -> dict[str, list[str]] | None:
     """The one subprocess call: OpenSSH's effective configuration for ``host``.
 
     ``identities`` (-i) go along: with one, ssh adds no default identity files.
+    None: this ssh has no -G (OpenSSH before 6.8); the caller falls back.
     """
     argv = [program, "-G"]
     if ssh_config is not None:
@@ -322,6 +324,8 @@ def run_ssh_g(
             f"cannot ask OpenSSH for the configuration of {host} ({error})",
             "check your OpenSSH client and ssh config",
         ) from None
+    if done.returncode != 0 and re.search(r"(illegal|unknown|invalid) option.*G", done.stderr):
+        return None
     if done.returncode != 0:
         problem = "; ".join(
             line.strip()
@@ -377,7 +381,7 @@ def fallback_options(
             ):
                 raise SshSetupError(
                     f"{path}:{number}: {words[0]} needs OpenSSH to be read exactly, "
-                    "and no OpenSSH client (ssh) is installed",
+                    "and no OpenSSH client with ssh -G is installed",
                     "install an OpenSSH client, or give an ssh config without it (--ssh-config)",
                 )
         # OpenSSH reads "#" at the start of a word as a comment ("Port 2222 # lab"); paramiko
@@ -402,13 +406,20 @@ def fallback_options(
     if jump:
         options["proxyjump"] = [jump]
         options.pop("proxycommand", None)
+    elif "proxyjump" in options and "proxycommand" in options:
+        # For OpenSSH the one found first wins; paramiko's result does not say which that was.
+        raise SshSetupError(
+            f"{path}: both ProxyJump and ProxyCommand apply to {host}; which one wins needs "
+            "OpenSSH to read the config, and no OpenSSH client with ssh -G is installed",
+            "install an OpenSSH client, or set only one of them for this host",
+        )
     if not has_identities:  # as for ssh: the defaults only when no -i and no IdentityFile
         options.setdefault("identityfile", list(DEFAULT_IDENTITIES))
     for key in OPENSSH_DEFAULT_ALGORITHMS:
         if options.get(key) and options[key][0][:1] in ("+", "-", "^"):
             raise SshSetupError(
                 f"{path}: {key} {options[key][0]}: changing OpenSSH's default list needs OpenSSH "
-                "to read it, and no OpenSSH client (ssh) is installed",
+                "to read it, and no OpenSSH client with ssh -G is installed",
                 "install an OpenSSH client, or list the algorithms in full",
             )
     for key, value in OPENSSH_DEFAULT_ALGORITHMS.items():

@@ -242,6 +242,8 @@ CONFIGS = [
     Case("proxycommand-relay", GPU + "  ProxyCommand {relay} %h %p\n"),
     Case("proxycommand-ssh-w", GPU + "  ProxyCommand ssh -F {dir}/config -W %h:%p j1\n" + JUMP),
     Case("proxycommand-fails", GPU + "  ProxyCommand false\n"),
+    Case("proxyjump-before-proxycommand", GPU + "  ProxyJump j1\n  ProxyCommand false\n" + JUMP),
+    Case("proxycommand-before-proxyjump", GPU + "  ProxyCommand false\n  ProxyJump j1\n" + JUMP),
     Case("known-hosts-several-files", GPU + "  UserKnownHostsFile {dir}/unrelated {kh}\n"),
     Case("known-hosts-empty-file", GPU + "  UserKnownHostsFile /dev/null\n"),
     Case(
@@ -490,6 +492,8 @@ def _compare(case: Case, lab: Lab, folder: Path, set_agent) -> None:
     expected = list(ours.target.identity_files)
     if ours.ok:
         assert loaded[-len(expected) :] == expected
+        # The same route: ssh (and, with -v passed on, each jump ssh) logs one login per hop.
+        assert len(ours.target.route) == openssh.stderr.count("Authenticated to ")
 
 
 @pytest.mark.parametrize("case", CONFIGS, ids=[c.id for c in CONFIGS])
