@@ -353,13 +353,30 @@ def public_blob(path: Path) -> bytes | None:
         return None
 
 
+def _public_key_file(path: Path) -> bytes | None:
+    """The key in a public key file ("TYPE BASE64 [comment]"), if it is one."""
+    try:
+        words = path.read_text(errors="replace").split()
+        return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
+    except (OSError, ValueError):
+        return None
+
+
 def _identities(target: SshTarget, hooks: Hooks) -> tuple[list[_Identity], list[str]]:
-    """OpenSSH's pubkey_prepare: agent keys first (file-named ones at their place), then files."""
+    """OpenSSH's pubkey_prepare: agent keys first (file-named ones at their place), then files.
+
+    A public key file (``IdentityFile ~/.ssh/key.pub``, as agents like 1Password suggest)
+    names the agent's key; with no agent holding it, it is skipped (an -i one is an error).
+    """
     problems: list[str] = []
     files: list[_Identity] = []
+    public_only: list[_Identity] = []
     for name in target.identity_files:
         path = Path(name)
         problem = key_file_problem(path)
+        if problem is not None and problem.startswith("a public key"):
+            public_only.append(_Identity(str(path), _public_key_file(path), path=path))
+            continue
         if problem is not None:
             if name in target.explicit_identities:
                 raise SshSetupError(f"identity file {path}: {problem}", "check -i/--identity")
@@ -371,16 +388,26 @@ def _identities(target: SshTarget, hooks: Hooks) -> tuple[list[_Identity], list[
     ordered: list[_Identity] = []
     for agent_key in _agent_keys(target, hooks):
         blob = agent_key.asbytes()
-        match = next((f for f in files if f.blob == blob), None)
-        if match is not None:
-            files.remove(match)
-            ordered.append(_Identity(match.label, blob, agent_key))
+        matches = [f for f in files + public_only if f.blob == blob]
+        if matches:
+            files = [f for f in files if f.blob != blob]
+            public_only = [f for f in public_only if f.blob != blob]
+            ordered.append(_Identity(matches[0].label, blob, agent_key))
         elif not target.identities_only:
             ordered.append(
                 _Identity(
                     f"agent key {agent_key.comment or blob_fingerprint(blob)}", blob, agent_key
                 )
             )
+    for unmatched in public_only:  # no agent holds its private key
+        problem = "a public key, and no SSH agent holds its private key"
+        if unmatched.label in target.explicit_identities:
+            raise SshSetupError(
+                f"identity file {unmatched.label}: {problem}",
+                "give the private key (the file without .pub), or add it to ssh-agent",
+            )
+        hooks.on_notice(f"warning: identity file {unmatched.label}: {problem}; skipped")
+        problems.append(f"{unmatched.label}: {problem}")
     return ordered + files, problems
 
 

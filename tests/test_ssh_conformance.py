@@ -215,6 +215,13 @@ CONFIGS = [
     ),
     Case("identities-only-agent-holds-file-key", GPU + "  IdentitiesOnly yes\n", agent=True),
     Case(
+        "identity-file-pub-names-agent-key",
+        GPU.replace("{key}", "{key}.pub") + "  IdentitiesOnly yes\n",
+        agent=True,
+    ),
+    Case("identity-file-pub-without-agent", GPU.replace("{key}", "{key}.pub")),
+    Case("public-key-on-command-line-agent-holds-it", GPU, identity="{key}.pub", agent=True),
+    Case(
         "identity-agent-none",
         GPU.replace("  IdentityFile {key}\n", "  IdentityAgent none\n"),
         agent=True,
