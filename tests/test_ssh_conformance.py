@@ -552,3 +552,35 @@ def test_fallback_without_openssh_matches_ssh_g_or_refuses(case, lab, tmp_path, 
             "proxy_command",
         ):
             assert getattr(ours, name) == getattr(theirs, name), (case.id, name)
+
+
+@pytest.mark.parametrize("hashed", ["yes", "no"])
+def test_a_host_key_we_record_is_one_openssh_then_accepts(lab, tmp_path, monkeypatch, hashed):
+    """--accept-new-host-key writes the line (hashed per HashKnownHosts) that ssh then trusts."""
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = tmp_path / "config"
+    config.write_text(
+        GPU.format(**lab.values(tmp_path))
+        + f"  UserKnownHostsFile {known}\n  GlobalKnownHostsFile /dev/null\n"
+        + f"  HashKnownHosts {hashed}\n"
+    )
+    target = resolve_target("gpu", ssh_config=config, accept_new_host_key=True)
+    with SshTransport(target).connect():
+        pass
+    line = known.read_text()
+    assert line.startswith("|1|") == (hashed == "yes")
+    done = subprocess.run(
+        [
+            *("ssh", "-F", str(config), "-o", "BatchMode=yes"),
+            *("-o", "StrictHostKeyChecking=yes", "gpu", "true"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert known.read_text() == line
