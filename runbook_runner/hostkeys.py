@@ -1,7 +1,7 @@
-"""Host keys: fingerprints, known_hosts, and the policy for hosts not yet known.
+"""Host keys: fingerprints, the messages for unknown and changed keys, recording a new one.
 
-An unknown host is refused (with its fingerprint) unless the operator asked for
-OpenSSH's accept-new behaviour; a changed key is always refused.
+known_hosts is read by :mod:`runbook_runner.knownhosts`; the decision is made in
+:mod:`runbook_runner.sshconnect`.
 """
 
 from __future__ import annotations
@@ -9,14 +9,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
 
 from runbook_runner.errors import HostKeyChanged, UnknownHostKey
 from runbook_runner.knownhosts import hash_name
-from runbook_runner.target import SshTarget
 
 
 def unknown_host_key(host: str, key: paramiko.PKey) -> UnknownHostKey:
@@ -39,22 +37,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256 fingerprint: ``SHA256:base64-without-padding``."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or record them when the operator said --accept-new-host-key."""
-
-    def __init__(self, target: SshTarget, on_record: Callable[[str, paramiko.PKey], None]) -> None:
-        self.target = target
-        self.on_record = on_record
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if not self.target.accept_new_host_key:
-            raise unknown_host_key(hostname, key)
-        record_host_key(self.target.known_hosts, hostname, key)
-        self.on_record(hostname, key)
 
 
 def record_host_key(
