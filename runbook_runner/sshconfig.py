@@ -489,6 +489,11 @@ def build_target(
             "an unknown host key (give --accept-new-host-key to record it) and always "
             "refuses a changed one"
         )
+    if _yes(options, "checkhostip"):
+        notices.append(
+            f"{host}: CheckHostIP yes in the ssh config: runbook checks the host key by name "
+            "(or HostKeyAlias) only, not also by address"
+        )
     proxy = _first(options, "proxycommand")
     if proxy is not None and proxy != "none":
         proxy = expand_tokens(proxy, {k: tokens[k] for k in "hnpr%"})

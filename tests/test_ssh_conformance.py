@@ -304,6 +304,17 @@ KNOWN_HOSTS = [
     Case("kh-exact", "", known_hosts=HOSTLINE),
     Case("kh-hashed", "", known_hosts="HASHED"),
     Case("kh-portless-entry-for-non-22-port", "", known_hosts="127.0.0.1 {hostkey}\n"),
+    Case("kh-portless-other-key", "", known_hosts="127.0.0.1 {other_key}\n"),
+    Case(
+        "kh-bracketed-other-key-wins-over-portless",
+        "",
+        known_hosts="[127.0.0.1]:{port} {other_key}\n127.0.0.1 {hostkey}\n",
+    ),
+    Case(
+        "kh-portless-other-key-accept-new",
+        "Host gpu\n  StrictHostKeyChecking accept-new\n",
+        known_hosts="127.0.0.1 {other_key}\n",
+    ),
     Case("kh-wildcard-bracketed", "", known_hosts="[127.0.0.*]:{port} {hostkey}\n"),
     Case("kh-star", "", known_hosts="* {hostkey}\n"),
     Case("kh-question-mark", "", known_hosts="[127.0.0.?]:{port} {hostkey}\n"),

@@ -237,3 +237,8 @@ def test_an_unknown_key_message_names_the_fingerprint(gpu_host, tmp_path):
     )
     with pytest.raises(UnknownHostKey, match="SHA256:"):
         SshTransport(target).connect()
+
+
+def test_check_host_ip_is_not_silently_ignored():
+    target = build_target("gpu", {"checkhostip": ["yes"]})
+    assert any("CheckHostIP" in notice for notice in target.notices)
