@@ -500,7 +500,9 @@ def build_target(
     else:
         proxy = None
     timeout_text = _first(options, "connecttimeout")
-    config_timeout = float(timeout_text) if timeout_text and timeout_text.isdigit() else None
+    config_timeout = (
+        None if timeout_text in (None, "none") else _seconds(host, "ConnectTimeout", timeout_text)
+    )
     user_files = _paths(options, "userknownhostsfile")
     if known_hosts is not None:
         user_files = (known_hosts,)
@@ -520,8 +522,12 @@ def build_target(
         accept_new_host_key=accept_new or strict == "accept-new",
         hash_known_hosts=_yes(options, "hashknownhosts"),
         connect_timeout=connect_timeout or config_timeout or DEFAULT_CONNECT_TIMEOUT,
-        server_alive_interval=int(_first(options, "serveraliveinterval") or 0),
-        server_alive_count_max=int(_first(options, "serveralivecountmax") or 3),
+        server_alive_interval=int(
+            _seconds(host, "ServerAliveInterval", _first(options, "serveraliveinterval") or "0")
+        ),
+        server_alive_count_max=_count(
+            host, "ServerAliveCountMax", _first(options, "serveralivecountmax") or "3"
+        ),
         batch_mode=_yes(options, "batchmode"),
         address_family=(_first(options, "addressfamily") or "any").lower(),
         proxy_command=proxy,
@@ -532,6 +538,23 @@ def build_target(
         ssh_config=ssh_config,
         notices=tuple(notices),
     )
+
+
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _seconds(host: str, option: str, text: str) -> float:
+    """OpenSSH's time format: ``30``, ``90s``, ``1m30s``..."""
+    parts = re.findall(r"(\d+)([smhdw]?)", text.lower())
+    if not parts or "".join(n + u for n, u in parts) != text.lower():
+        raise SshSetupError(f"{host}: {option} {text}: not a time", "give seconds, e.g. 30")
+    return float(sum(int(n) * _TIME_UNITS[u] for n, u in parts))
+
+
+def _count(host: str, option: str, text: str) -> int:
+    if not text.isdigit():
+        raise SshSetupError(f"{host}: {option} {text}: not a number", "give a whole number")
+    return int(text)
 
 
 _NAMES = {

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sshd import keygen
 
 from conftest import TESTS
@@ -242,3 +244,34 @@ def test_an_unknown_key_message_names_the_fingerprint(gpu_host, tmp_path):
 def test_check_host_ip_is_not_silently_ignored():
     target = build_target("gpu", {"checkhostip": ["yes"]})
     assert any("CheckHostIP" in notice for notice in target.notices)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("7", 7.0), ("90s", 90.0), ("1m30s", 90.0), ("none", None)]
+)
+def test_connect_timeout_from_the_config_in_openssh_time_format(text, seconds):
+    target = build_target("gpu", {"connecttimeout": [text]})
+    assert target.connect_timeout == (seconds or 10.0)
+    assert build_target("gpu", {"connecttimeout": [text]}, connect_timeout=3.0).connect_timeout == 3
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("connecttimeout", "soon"), ("serveraliveinterval", "5 s"), ("serveralivecountmax", "-1")],
+)
+def test_a_bad_number_in_the_config_is_bad_input_not_a_traceback(option, value):
+    with pytest.raises(SshSetupError, match=value):
+        build_target("gpu", {option: [value]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from("|1@*?![]:,. #\n\tabcAB=+/0123456789-ssh-ed25519"), max_size=300
+    )
+)
+def test_any_known_hosts_text_parses_without_raising(text):
+    parsed = knownhosts.parse(text, "kh")
+    for entry in parsed.entries:
+        knownhosts.host_matches(entry.hosts, "[127.0.0.1]:2222")
+    knownhosts.check(parsed.entries, "[127.0.0.1]:2222", "ssh-ed25519", b"x", "127.0.0.1")
