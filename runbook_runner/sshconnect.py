@@ -36,13 +36,17 @@ from runbook_runner.errors import (
     Unreachable,
 )
 from runbook_runner.hostkeys import record_host_key
-from runbook_runner.sshconfig import SshTarget
+from runbook_runner.sshconfig import OPENSSH_DEFAULT_ALGORITHMS, SshTarget
 
 PassphrasePrompt = Callable[[str], str | None]
 Notice = Callable[[str], None]
 Recorded = Callable[[str, paramiko.PKey], None]
 PASSPHRASE_TRIES = 3
 
+# Suggested only among what OpenSSH itself enables by default (never CBC or MD5).
+_OPENSSH_DEFAULTS = {
+    name for names in OPENSSH_DEFAULT_ALGORITHMS.values() for name in names.split(",")
+}
 # OpenSSH and paramiko spell one algorithm differently.
 _ALIASES = {"curve25519-sha256": "curve25519-sha256@libssh.org"}
 
@@ -64,6 +68,8 @@ def connect_route(
     sock: Any = None
     previous: SshTarget | None = None
     client: paramiko.SSHClient | None = None
+    for hop in target.route:
+        algorithms(hop)  # an algorithm list nothing can satisfy is refused before connecting
     for hop in target.route:
         for notice in hop.notices:
             hooks.on_notice(notice)
@@ -156,9 +162,27 @@ def _allowed(
         raise SshSetupError(
             f"{host}: none of the {option} your ssh config allows ({','.join(wanted)}) "
             "is one runbook (paramiko) supports",
-            f"allow one of {','.join(ours)} for this host",
+            "allow one of "
+            + ",".join(a for a in ours if a in _OPENSSH_DEFAULTS or _ALIASES.get(a) in ours)
+            + " for this host",
         )
     return chosen
+
+
+def algorithms(target: SshTarget) -> dict[str, tuple[str, ...]]:
+    """What may be negotiated: the config's lists (in its order) that paramiko supports."""
+    ours = {
+        "HostKeyAlgorithms": ("_preferred_keys", target.host_key_algorithms),
+        "KexAlgorithms": ("_preferred_kex", target.kex_algorithms),
+        "Ciphers": ("_preferred_ciphers", target.ciphers),
+        "MACs": ("_preferred_macs", target.macs),
+    }
+    return {
+        option: _allowed(
+            option, wanted, tuple(getattr(paramiko.Transport, attribute)), target.label
+        )
+        for option, (attribute, wanted) in ours.items()
+    }
 
 
 def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClient:
@@ -172,20 +196,15 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
         raise Unreachable(f"{target.label}: {error}", "check the network path") from None
     try:
         options = transport.get_security_options()
-        host_keys = _allowed(
-            "HostKeyAlgorithms",
-            target.host_key_algorithms,
-            tuple(options.key_types),
-            target.label,
-        )
+        allowed = algorithms(target)
         options.key_types = tuple(
-            knownhosts.preferred_algorithms(known.entries, target.host_key_name, host_keys)
+            knownhosts.preferred_algorithms(
+                known.entries, target.host_key_name, allowed["HostKeyAlgorithms"]
+            )
         )
-        options.kex = _allowed(
-            "KexAlgorithms", target.kex_algorithms, tuple(options.kex), target.label
-        )
-        options.ciphers = _allowed("Ciphers", target.ciphers, tuple(options.ciphers), target.label)
-        options.digests = _allowed("MACs", target.macs, tuple(options.digests), target.label)
+        options.kex = allowed["KexAlgorithms"]
+        options.ciphers = allowed["Ciphers"]
+        options.digests = allowed["MACs"]
         transport.banner_timeout = target.connect_timeout
         transport.handshake_timeout = target.connect_timeout
         transport.auth_timeout = target.connect_timeout
@@ -194,6 +213,17 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
             # start_client returns when the time is up even if the handshake did not finish.
             key = transport.get_remote_server_key()
         except (paramiko.SSHException, EOFError, OSError) as error:
+            if not transport.is_active() and target.proxy_command:
+                raise Unreachable(
+                    f"{target.label}: the ProxyCommand ended before the SSH handshake "
+                    f"({target.proxy_command})",
+                    "run the ProxyCommand by hand to see why",
+                ) from None
+            if transport.is_active():  # start_client's time ran out
+                raise Unreachable(
+                    f"{target.label}: no SSH handshake within {target.connect_timeout:g}s",
+                    "is an SSH server listening on that port? or raise --connect-timeout",
+                ) from None
             raise Unreachable(
                 f"{target.label}: SSH handshake failed ({error or type(error).__name__})",
                 "is an SSH server listening on that port?",
