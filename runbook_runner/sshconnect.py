@@ -221,7 +221,7 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
                 ) from None
             if transport.is_active():  # start_client's time ran out
                 raise Unreachable(
-                    f"{target.label}: no SSH handshake within {target.connect_timeout:g}s",
+                    f"{target.label}: SSH handshake failed: no answer within {target.connect_timeout:g}s",
                     "is an SSH server listening on that port? or raise --connect-timeout",
                 ) from None
             raise Unreachable(
