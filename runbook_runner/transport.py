@@ -125,12 +125,13 @@ class SshTransport:
         except BaseException:
             self.close()
             raise
+        transport = self._client.get_transport()
+        assert transport is not None
+        self.host_key = transport.get_remote_server_key()
         whoami = self.run("id -u; id -un", timeout=self.target.connect_timeout)
         lines = whoami.stdout.split()
         self.is_root = bool(lines) and lines[0] == "0"
         self.login_user = lines[1] if len(lines) > 1 else self.target.user
-        transport = self._client.get_transport()
-        self.host_key = transport.get_remote_server_key() if transport else None
         return self
 
     def _notice_once(self, text: str) -> None:
