@@ -13,7 +13,7 @@ from typing import NoReturn
 from runbook_runner import __version__, cli_fleet, cli_host, exitcodes, render
 from runbook_runner import journal as journal_module
 from runbook_runner.catalog import UnknownRunbook
-from runbook_runner.errors import NeedsConfirmation, TransportError, UsageError
+from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLocked, LockUnavailable
 from runbook_runner.parameters import ParameterError
@@ -143,7 +143,11 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
         "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
     )
     ssh.add_argument(
-        "--connect-timeout", type=float, default=10.0, metavar="SECONDS", help="default 10"
+        "--connect-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="default: ConnectTimeout of the ssh config, else 10",
     )
     _add_value_options(sub)
 
@@ -481,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.DECLINED
     except (UnknownRunbook, ParameterError, cli_host.StateFileInvalid) as error:
         _err(f"runbook: {error}")
+        return ExitCode.BAD_INPUT
+    except SshSetupError as error:
+        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
         return ExitCode.BAD_INPUT
     except TransportError as error:
         _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))

@@ -74,6 +74,7 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
         accept_new_host_key=args.accept_new_host_key,
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+        ssh=getattr(args, "ssh_client", "auto"),
     )
 
     def recorded(host: str, key: Any) -> None:
@@ -81,7 +82,10 @@ def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
             f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {target.known_hosts}"
         )
 
-    return SshTransport(target, console.prompt_passphrase, recorded).connect()
+    def notice(text: str) -> None:
+        print(f"runbook: {text}", file=sys.stderr, flush=True)
+
+    return SshTransport(target, console.prompt_passphrase, recorded, notice).connect()
 
 
 class _Connecting:
@@ -572,6 +576,9 @@ def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
             5.0,
         )
         args.dry_run, args.from_step = False, None
+        # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
+        # resolve, and a drill starts no program on this machine.
+        args.ssh_client = None
         args.lock, args.journal, args.resume, args.break_lock, args.force = (
             False,
             None,

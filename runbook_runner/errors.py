@@ -39,6 +39,17 @@ class HostKeyChanged(TransportError):
     """known_hosts holds another key for this host: always refused."""
 
 
+class SshSetupError(TransportError):
+    """A problem on our side before any host is involved: the ssh config, a key file.
+
+    Exit 2 (bad input), not 3: fixing it is up to the operator, not the host.
+    """
+
+
+class HostKeyRevoked(TransportError):
+    """The host offered a key that known_hosts marks @revoked."""
+
+
 class ConnectionLost(TransportError):
     """The connection dropped while a command ran or a channel opened."""
 

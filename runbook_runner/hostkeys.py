@@ -1,7 +1,7 @@
-"""Host keys: fingerprints, known_hosts, and the policy for hosts not yet known.
+"""Host keys: fingerprints, the messages for unknown and changed keys, recording a new one.
 
-An unknown host is refused (with its fingerprint) unless the operator asked for
-OpenSSH's accept-new behaviour; a changed key is always refused.
+known_hosts is read by :mod:`runbook_runner.knownhosts`; the decision is made in
+:mod:`runbook_runner.sshconnect`.
 """
 
 from __future__ import annotations
@@ -9,14 +9,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
 
 from runbook_runner.errors import HostKeyChanged, UnknownHostKey
-from runbook_runner.target import SshTarget
+from runbook_runner.knownhosts import hash_name
 
 
 def unknown_host_key(host: str, key: paramiko.PKey) -> UnknownHostKey:
@@ -41,50 +39,14 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or record them when the operator said --accept-new-host-key."""
-
-    def __init__(self, target: SshTarget, on_record: Callable[[str, paramiko.PKey], None]) -> None:
-        self.target = target
-        self.on_record = on_record
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if not self.target.accept_new_host_key:
-            raise unknown_host_key(hostname, key)
-        record_host_key(self.target.known_hosts, hostname, key)
-        self.on_record(hostname, key)
-
-
-def record_host_key(known_hosts: Path, hostname: str, key: paramiko.PKey) -> None:
-    """Append one known_hosts line, as OpenSSH's accept-new does."""
+def record_host_key(
+    known_hosts: Path, hostname: str, key: paramiko.PKey, *, hashed: bool = False
+) -> None:
+    """Append one known_hosts line, as OpenSSH's accept-new does (hashed: HashKnownHosts)."""
     known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+    name = hash_name(hostname, os.urandom(20)) if hashed else hostname
+    line = f"{name} {key.get_name()} {key.get_base64()}\n"
     with known_hosts.open("a", encoding="ascii") as handle:
         handle.write(line)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-_parsed: dict[tuple[str, int, int], list[paramiko.hostkeys.HostKeyEntry]] = {}
-_parsed_lock = threading.Lock()
-
-
-def load_known_hosts(keys: paramiko.HostKeys, path: Path) -> None:
-    """Add the entries of a known_hosts file to ``keys``, parsed once per version of the file.
-
-    paramiko's own load is quadratic in the file's lines (~0.2 s for 1,000): a fleet
-    that opens 1,000 connections would parse the same file 1,000 times.
-    """
-    stat = path.stat()
-    version = (str(path), stat.st_mtime_ns, stat.st_size)
-    with _parsed_lock:
-        entries = _parsed.get(version)
-        if entries is None:
-            fresh = paramiko.HostKeys()
-            fresh.load(str(path))
-            entries = list(fresh._entries)  # type: ignore[attr-defined]  # no public list
-            _parsed.clear()  # older versions of any file are of no use now
-            _parsed[version] = entries
-    keys._entries.extend(entries)  # type: ignore[attr-defined]

@@ -83,7 +83,9 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(connect, gpu_host, tmp
 def test_accept_new_host_key_records_it_then_it_is_known(connect, gpu_host, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text("")
-    connect(known_hosts=known, accept_new_host_key=True)
+    empty_config = tmp_path / "ssh_config"
+    empty_config.write_text("")  # no HashKnownHosts (Debian's /etc/ssh/ssh_config sets it)
+    connect(known_hosts=known, accept_new_host_key=True, ssh_config=empty_config)
     line = known.read_text().strip()
     assert line.startswith(f"[127.0.0.1]:{gpu_host.port} ssh-ed25519 ")
     assert line.split()[2] == gpu_host.host_public_key.split()[1]
@@ -188,6 +190,8 @@ def test_proxy_jump_through_a_second_sshd(gpu_host, tmp_path):
             f"Host target\n  HostName 127.0.0.1\n  Port {gpu_host.port}\n  User {gpu_host.user}\n"
             f"  IdentityFile {gpu_host.client_key}\n"
             f"  ProxyJump {jump.user}@127.0.0.1:{jump.port}\n"
+            # As for ssh, the jump host is reached with its own config, not the target's key.
+            f"Host 127.0.0.1\n  IdentityFile {gpu_host.client_key}\n"
         )
         target = resolve_target("target", known_hosts=known, ssh_config=config)
         with SshTransport(target).connect() as transport:

@@ -95,7 +95,7 @@ _POWERS = {"": 0, "B": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 def _to_bytes(token: str, units: FreeUnits, where: str) -> int:
     if len(token) > 30:
         raise ParseError(f"{where}: {token[:40]!r}... is not a size free(1) prints")
-    if token.lstrip("-").isdigit() and not units.human:
+    if token.lstrip("-").isascii() and token.lstrip("-").isdigit() and not units.human:
         return int(token) * units.multiplier
     match = _HUMAN.match(token)
     if match is None:
