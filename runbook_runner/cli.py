@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         cli_fleet.cmd_check,
         "observe a host and check a runbook's goal (read-only)",
-        "runbook check gpu-node-health --host 10.1.230.174 (or --hosts 'gpu[001-128]')",
+        "runbook check gpu-node-health --hosts 'gpu[001-128]'",
     )
     _add_host_options(check)
     run = add(
