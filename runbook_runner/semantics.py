@@ -70,7 +70,12 @@ class _Semantics:
         for obs_name, spec in self.observations.items():
             for key in ("command", "text"):
                 if isinstance(spec.get(key), str):
-                    self.template(("observations", obs_name, key), spec[key], item_type=None)
+                    self.template(
+                        ("observations", obs_name, key),
+                        spec[key],
+                        item_type=None,
+                        shell=key == "command",
+                    )
         for let_name, text in _mapping(self.data.get("let")).items():
             if let_name in self.parameters or let_name in self.observations:
                 self.error(
@@ -299,11 +304,16 @@ class _Semantics:
         spec = self.observations.get(over)
         return PARSERS[spec["parser"]].record_type if spec else None
 
-    def template(self, path: Path, text: str, item_type: type | None) -> None:
+    def template(
+        self, path: Path, text: str, item_type: type | None, *, shell: bool = True
+    ) -> None:
         template = Template(text)
         loose = template.malformed()
         if loose is not None:
             self.error(path, "'{{' or '}}' that is not a {{ name }} placeholder", loose)
+        if shell:
+            for offset, message in template.unsafe_placeholders():
+                self.error(path, message, offset)
         for placeholder in template.placeholders:
             name = placeholder.name
             if name.startswith("item."):
