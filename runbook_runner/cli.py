@@ -16,6 +16,7 @@ from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLocked
 from runbook_runner.parameters import ParameterError
 from runbook_runner.runbook import RunbookInvalid, load
+from runbook_runner.safetext import visible
 
 EPILOG = f"""\
 examples:
@@ -41,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(visible(message), file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

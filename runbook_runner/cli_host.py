@@ -23,6 +23,7 @@ from runbook_runner.exitcodes import ExitCode
 from runbook_runner.hostlock import HostLock
 from runbook_runner.parameters import resolve_parameters
 from runbook_runner.runbook import Runbook, load
+from runbook_runner.safetext import markdown_cell, visible
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.events import Event, RunReport
@@ -269,17 +270,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
             raise UsageError("runs show needs a RUN id (see 'runbook runs')", "runbook runs")
         journal = journal_module.read(journal_module.find(args.run, folder))
         for problem in journal.problems:
-            print(problem, file=sys.stderr)
+            print(visible(str(problem)), file=sys.stderr)
         rows = journal_module.timeline(journal)
         if args.markdown:
             print("| Time (UTC) | Step | Event |")
             print("|---|---|---|")
             for t, step, what in rows:
-                cell = what.replace("|", "\\|")
-                print(f"| {t} | {step} | {cell} |")
+                cells = " | ".join(markdown_cell(cell) for cell in (t, step, what))
+                print(f"| {cells} |")
         else:
             for t, step, what in rows:
-                print(f"{t}  {step:<22} {what}")
+                print(visible(f"{t}  {step:<22} {what}", lines=False))
         return ExitCode.OK
     paths = sorted(folder.glob("*.jsonl"))[-args.last :] if folder.is_dir() else []
     if not paths:

@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import render
 from runbook_runner.runbook import Runbook
+from runbook_runner.safetext import visible_styled
 
 if TYPE_CHECKING:
     from runbook_runner.events import ConfirmRequest, Event, RunReport
@@ -32,11 +33,13 @@ class Output:
         self._last_live = 0.0
 
     def line(self, text: str = "") -> None:
+        """One line for people; what the host printed in it shows its control characters."""
         self.end_live()
-        print(text, file=self.stream, flush=True)
+        print(visible_styled(text), file=self.stream, flush=True)
 
     def live(self, text: str) -> None:
         """A line rewritten in place on a terminal; elsewhere printed every 10 s at most."""
+        text = visible_styled(text)
         if self.tty:
             print(f"\r\x1b[K{text}", end="", file=self.stream, flush=True)
             self._live = True

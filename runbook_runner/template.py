@@ -90,9 +90,7 @@ class Template:
 # means). Glued to ordinary characters it is still one word: ``--opt='a b'`` is
 # ``--opt=a b`` to the command.
 
-_GLUE_OK = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/@%+"
-)
+_GLUE_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/@%+")
 _BEFORE_OK = _GLUE_OK | frozenset(" \t\n;&|<>")
 _AFTER_OK = _GLUE_OK | frozenset(" \t\n;&|<>)")
 _OPERATORS = frozenset(";&|()\n")
@@ -127,7 +125,7 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             "${": "inside a ${...} expansion",
             "(": "inside a $(...) command substitution",
         }
-        return names[stack[-1]] if stack[-1] in names else "inside quotes"
+        return names.get(stack[-1], "inside quotes")
 
     while i < n:
         c = source[i]
@@ -136,14 +134,31 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             before = source[i - 1] if i > 0 else " "
             after = source[end] if end < n else " "
             if stack:
-                problems.append((i, f"placeholder {context_name()}: its value could run as a command; {_FIX}"))
+                problems.append(
+                    (i, f"placeholder {context_name()}: its value could run as a command; {_FIX}")
+                )
             elif not in_word and command_position:
-                problems.append((i, "placeholder as the command's name: its value would run; name the command in the runbook"))
+                problems.append(
+                    (
+                        i,
+                        "placeholder as the command's name: its value would run; name the command in the runbook",
+                    )
+                )
             elif in_word and word_is_command:
-                problems.append((i, "placeholder in the command's name: its value would run; name the command in the runbook"))
+                problems.append(
+                    (
+                        i,
+                        "placeholder in the command's name: its value would run; name the command in the runbook",
+                    )
+                )
             elif before not in _BEFORE_OK or after not in _AFTER_OK:
                 glued = before if before not in _BEFORE_OK else after
-                problems.append((i, f"placeholder glued to {glued!r}: the value would not stay one literal word; {_FIX}"))
+                problems.append(
+                    (
+                        i,
+                        f"placeholder glued to {glued!r}: the value would not stay one literal word; {_FIX}",
+                    )
+                )
             if not in_word:
                 in_word, word_is_command = True, False
             i = end
@@ -187,7 +202,12 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
                 stop = n if newline < 0 else newline
                 for start in spans:
                     if i < start < stop:
-                        problems.append((start, f"placeholder in a comment: a newline in its value would start a command; {_FIX}"))
+                        problems.append(
+                            (
+                                start,
+                                f"placeholder in a comment: a newline in its value would start a command; {_FIX}",
+                            )
+                        )
                 i = stop
                 continue
             word = _WORD_END.match(source, i)
@@ -290,7 +310,12 @@ def _skip_heredocs(
             line = source[i:stop]
             for offset in spans:
                 if i <= offset < stop:
-                    problems.append((offset, f"placeholder in a here-document: its value is not quoted there; {_FIX}"))
+                    problems.append(
+                        (
+                            offset,
+                            f"placeholder in a here-document: its value is not quoted there; {_FIX}",
+                        )
+                    )
             i = stop + 1
             if (line.lstrip("\t") if strip else line) == delimiter:
                 break
