@@ -94,7 +94,8 @@ def test_run_and_runs_show_escape_host_output(hostile_host, capsys):
     assert main(["runs", "show", run_id, "--markdown"]) == ExitCode.OK
     out, err = capsys.readouterr()
     _assert_visible_only(out + err)
-    assert "<script>" not in out and "&lt;script&gt;" in out
+    assert "<script>" not in out
+    assert "&lt;script&gt;" in out
     assert "![i]" not in out
     for row in out.splitlines():
         cells = re.split(r"(?<!\\)\|", row)
@@ -124,6 +125,4 @@ def test_visible_styled_keeps_only_our_colours():
 
 def test_markdown_cell_escapes_markup_html_and_newlines():
     cell = markdown_cell("<b>x</b> | `code` *em* [l](u)\nnext\x1b")
-    assert cell == (
-        "&lt;b&gt;x&lt;/b&gt; \\| \\`code\\` \\*em\\* \\[l\\](u)\\\\nnext\\\\x1b"
-    )
+    assert cell == ("&lt;b&gt;x&lt;/b&gt; \\| \\`code\\` \\*em\\* \\[l\\](u)\\\\nnext\\\\x1b")

@@ -68,7 +68,7 @@ PAYLOADS = [
 
 _no_nul_bytes = st.binary(max_size=40).map(lambda b: b.replace(b"\0", b""))
 _shellish = st.lists(
-    st.sampled_from(list("'\"`$()\\;|&<>{}*?[]~#!\n\t =-") + ["touch canary", "é", "\x1b]"]),
+    st.sampled_from([*"'\"`$()\\;|&<>{}*?[]~#!\n\t =-", "touch canary", "é", "\x1b]"]),
     max_size=12,
 ).map("".join)
 VALUES = st.one_of(
@@ -113,9 +113,7 @@ def test_any_value_arrives_byte_exact_and_nothing_runs(value, shape):
     with tempfile.TemporaryDirectory() as folder:
         command = _render(template, value)
         raw = value.encode("utf-8", "surrogateescape")
-        expected = (
-            b"x" + raw + b":" + raw + b"y" if before is None else before + raw + after
-        )
+        expected = b"x" + raw + b":" + raw + b"y" if before is None else before + raw + after
         for shell in SHELLS:
             assert _sh(command, folder, shell) == expected
             # as a root step is sent to a non-root login: sudo -n sh -c QUOTED
@@ -173,7 +171,7 @@ def test_validate_rejects_a_quoted_placeholder_with_its_position(tmp_path, capsy
         "parser: gpus}\n"
         "checks:\n  c: {description: d, every: gpus, expect: index >= 0}\n"
         "goal: [c]\nsteps:\n  - id: s\n    title: s\n"
-        "    run: echo \"GPU {{ item.name }}\"\n    for_each_failing: c\n"
+        '    run: echo "GPU {{ item.name }}"\n    for_each_failing: c\n'
     )
     assert main(["validate", str(runbook)]) == 2
     out = capsys.readouterr().out
