@@ -210,8 +210,8 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
                         )
                 i = stop
                 continue
-            word = _WORD_END.match(source, i)
-            text = word.group() if word else ""
+            first = _WORD_END.match(source, i)
+            text = first.group() if first else ""
             in_word = True
             if command_position and (text in _KEYWORDS or _ASSIGNMENT.match(source, i)):
                 word_is_command = False
@@ -266,13 +266,13 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             while j < n and source[j] in " \t":
                 j += 1
             delimiter = _WORD_END.match(source, j)
-            word = delimiter.group() if delimiter else ""
-            heredocs.append((word.replace("'", "").replace('"', "").replace("\\", ""), strip))
+            marker = delimiter.group() if delimiter else ""
+            heredocs.append((marker.replace("'", "").replace('"', "").replace("\\", ""), strip))
             for offset in spans:
-                if i < offset < j + len(word):
+                if i < offset < j + len(marker):
                     problems.append((offset, f"placeholder in a here-document's delimiter; {_FIX}"))
             in_word = False
-            i = j + len(word)
+            i = j + len(marker)
             continue
         if c in _OPERATORS and not stack:
             in_word = False
