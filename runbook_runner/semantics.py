@@ -163,6 +163,8 @@ class _Semantics:
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", base + error.offset)
             return
+        for offset, problem in expr.constant_problems(tree):
+            self.error(path, f"in expression: {problem}", base + offset)
         aggregated = {id(arg) for call in expr.calls(tree, expr.AGGREGATES) for arg in call.args}
         for node in expr.names(tree):
             if id(node) in aggregated:
@@ -275,6 +277,8 @@ class _Semantics:
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", error.offset)
             return
+        for offset, problem in expr.constant_problems(tree):
+            self.error(path, f"in expression: {problem}", offset)
         for node in expr.names(tree):
             if node.path not in self.parameters:
                 known = list(self.parameters)
