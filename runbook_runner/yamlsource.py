@@ -91,7 +91,7 @@ def _too_deep(text: str) -> Problem | None:
                 if depth > MAX_DEPTH:
                     mark = event.start_mark
                     return Problem(
-                        Mark(mark.line + 1, mark.column + 1),
+                        Mark(mark.line + 1, mark.column + 1) if mark else Mark(1, 1),
                         (),
                         f"nested more than {MAX_DEPTH} levels deep",
                     )
