@@ -50,6 +50,10 @@ class Transport(Protocol):
 REBOOT_GOES_DOWN_S = 120.0  # a reboot that has not dropped SSH by then did not happen
 REBOOT_COMES_BACK_S = 900.0  # default wait for SSH to answer again
 RECONNECT_FOR_S = 120.0  # how long a dropped connection is retried before the run stops
+# Observations are parsed: run them in the C locale (as Ansible does), so that `free` prints
+# "total used free" and numbers use a dot, whatever the host's or the login's language.
+# Inside the command text, so that it holds under `sudo -n sh -c` too (sudo resets the env).
+OBSERVE_IN_C_LOCALE = "export LC_ALL=C LANG=C LANGUAGE=C; "
 
 
 # -- the runner -----------------------------------------------------------------------------
@@ -116,11 +120,12 @@ class Runner:
                 return Unavailable(str(error), "unparsable")
         assert observation.command is not None
         command = self.render(observation.command)
+        sent = OBSERVE_IN_C_LOCALE + command
         try:
-            result = self.transport.run(command, observation.timeout, as_root=observation.root)
+            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
         except ConnectionLost as lost:  # an observation only reads: sending it again is safe
             self._reconnect(None, lost)
-            result = self.transport.run(command, observation.timeout, as_root=observation.root)
+            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
         if result.timed_out:
             return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
         status = result.exit_status if result.exit_status is not None else -1

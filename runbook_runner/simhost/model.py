@@ -70,6 +70,9 @@ class SimHost:
     driver_version: str = "590.48.01"
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
+    # The host's default locale (/etc/default/locale), e.g. "de_DE.UTF-8": commands that
+    # are translated (free) speak it unless LC_ALL overrides it. "" is English, always.
+    locale: str = ""
 
     # -- rules -------------------------------------------------------------------
 
