@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -260,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     drill = add(
         "drill",
         cli_host.cmd_drill,
-        "practise a runbook on a simulated crashed GPU server over real SSH (changes nothing here)",
+        "practise a runbook on a simulated crashed GPU server (changes nothing)",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
@@ -294,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"runbook: {error}; wait for it to finish, or if that run is dead, re-run with --break-lock"
         )
         return ExitCode.LOCKED
+    except journal_module.JournalWriteError as error:
+        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
+        return ExitCode.JOURNAL
     except journal_module.JournalError as error:
         _err(f"runbook: {error}")
         return ExitCode.BAD_INPUT
@@ -310,3 +314,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()
         return ExitCode.OK
+    except OSError as error:  # a local file named on the command line: missing, too long, ...
+        where = f"{str(error.filename)[:200]}: " if error.filename else ""
+        _err(f"runbook: {where}{error.strerror or error}")
+        return ExitCode.BAD_INPUT
+    except Exception as error:  # the last guard: a bug is one line and its own code
+        if os.environ.get("RUNBOOK_DEBUG"):
+            raise
+        _err(
+            f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
+            "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
+        )
+        return ExitCode.INTERNAL

@@ -53,8 +53,13 @@ class Output:
             self._live = False
 
 
+def stdin_is_terminal() -> bool:
+    """Whether questions can be asked: stdin is open and a terminal (it may be closed: None)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def prompt_passphrase(prompt: str) -> str | None:
-    if not sys.stdin.isatty():
+    if not stdin_is_terminal():
         return None
     return getpass.getpass(prompt)
 
@@ -94,7 +99,7 @@ class Confirmer:
         if step.reboots:
             if self.allow_reboot:
                 return True
-            if not sys.stdin.isatty():
+            if not stdin_is_terminal():
                 self.reboot_blocked = True
                 self.refusal = (
                     f"step {step.id!r} reboots the host, which needs --allow-reboot "
@@ -103,7 +108,7 @@ class Confirmer:
                 return False
         elif self.yes:
             return True
-        if not sys.stdin.isatty():
+        if not stdin_is_terminal():
             self.refusal = (
                 f"step {step.id!r} is destructive (affects {step.affects}) and needs a confirmation, "
                 "but stdin is not a terminal: re-run with --yes to allow it"

@@ -26,6 +26,10 @@ class JournalError(RunbookRunnerError):
     pass
 
 
+class JournalWriteError(JournalError):
+    """The journal cannot be written (disk full, read-only, gone): the run must stop."""
+
+
 def default_dir(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "runbook-runner" / "runs"
@@ -48,19 +52,34 @@ class Journal:
     """Appends events to a file, each flushed and fsynced before the call returns."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[bytes] = path.open("ab")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[bytes] = path.open("ab")
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot open the run journal {path}: {error.strerror or error}"
+            ) from None
 
     def write(self, event: str, **fields: Any) -> None:
         record = {"t": utc(), "event": event, **fields}
         line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
-        self._file.write(line.encode("utf-8", "replace"))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(line.encode("utf-8", "replace"))
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot write the run journal {self.path} ({event}): {error.strerror or error}"
+            ) from None
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot write the run journal {self.path}: {error.strerror or error}"
+            ) from None
 
 
 @dataclass
