@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     drill = add(
         "drill",
         cli_host.cmd_drill,
-        "practise a runbook on a simulated crashed GPU server (changes nothing)",
+        "practise a runbook on a simulated GPU server (changes nothing)",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
