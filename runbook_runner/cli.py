@@ -97,7 +97,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             invalid += 1
             errors += len(error.lines)
             for line in error.lines:
-                print(line)
+                print(visible(line, lines=False))
             continue
         if not args.quiet:
             print(f"{runbook.path}: ok ({len(runbook.steps)} steps)")

@@ -288,9 +288,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return ExitCode.OK
     summaries = [journal_module.summary(p) for p in paths]
     print(
-        render.table(
-            [(x["run"], x["operator"], x["result"]) for x in summaries],
-            ("RUN", "OPERATOR", "RESULT"),
+        visible(
+            render.table(
+                [(x["run"], x["operator"], x["result"]) for x in summaries],
+                ("RUN", "OPERATOR", "RESULT"),
+            )
         )
     )
     return ExitCode.OK

@@ -11,6 +11,8 @@ import difflib
 import re
 from typing import Any
 
+import regex
+
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import field_names
@@ -369,8 +371,10 @@ def value_problem(spec: dict[str, Any], value: Any) -> str | None:
     pattern = spec.get("pattern")
     if isinstance(value, str) and isinstance(pattern, str):
         try:
-            if re.fullmatch(pattern, value) is None:
+            if regex.fullmatch(pattern, value, timeout=expr.REGEX_TIMEOUT_S) is None:
                 return f"must match {pattern}"
-        except re.error:
+        except (regex.error, re.error):
             return None
+        except TimeoutError:
+            return f"took too long to match {pattern} (a pattern that backtracks)"
     return None

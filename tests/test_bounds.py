@@ -153,3 +153,11 @@ def test_pyyaml_floor_is_a_version_without_the_merge_bomb():
     floor = next(d for d in project["project"]["dependencies"] if d.startswith("PyYAML"))
     assert floor.startswith("PyYAML>=6.0.4")
     assert tuple(int(p) for p in yaml.__version__.split(".")[:3]) >= (6, 0, 4)
+
+
+def test_a_parameter_pattern_that_backtracks_is_refused_not_run_for_minutes():
+    from runbook_runner.semantics import value_problem
+
+    problem = value_problem({"type": "string", "pattern": "(a|aa)+"}, "a" * 40 + "b")
+    assert problem is not None
+    assert "too long" in problem
