@@ -97,6 +97,10 @@ _OPERATORS = frozenset(";&|()\n")
 _KEYWORDS = frozenset(
     {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "exec"}
 )
+# Commands that parse their arguments as shell code again: a quoted value is not safe there.
+_REPARSERS = frozenset({"eval", "ssh", "su"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*$")  # sh -c SCRIPT, bash -ec SCRIPT
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _WORD_END = re.compile(r"[^\s;&|()<>]*")
 _FIX = "write it as a whole word of its own, outside any quotes, e.g. echo GPU {{ item.name }}"
@@ -114,6 +118,7 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
     in_word = False  # inside a word at the top level
     word_is_command = False
     command_position = True
+    words: list[str] = []  # of the simple command being read, at the top level
     i, n = 0, len(source)
 
     def context_name() -> str:
@@ -159,8 +164,17 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
                         f"placeholder glued to {glued!r}: the value would not stay one literal word; {_FIX}",
                     )
                 )
+            elif (reparser := _reparser(words if in_word else [*words, ""])) is not None:
+                problems.append(
+                    (
+                        i,
+                        f"placeholder in what {reparser!r} runs as shell code: its value would "
+                        "be parsed again; pass it as an argument (sh -c 'cmd \"$1\"' _ {{ x }})",
+                    )
+                )
             if not in_word:
                 in_word, word_is_command = True, False
+                words.append(source[i:end])
             i = end
             continue
         top = stack[-1] if stack else None
@@ -213,6 +227,7 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             first = _WORD_END.match(source, i)
             text = first.group() if first else ""
             in_word = True
+            words.append(text)
             if command_position and (text in _KEYWORDS or _ASSIGNMENT.match(source, i)):
                 word_is_command = False
             else:
@@ -230,6 +245,7 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             continue
         if c == "\n" and not stack:
             in_word, command_position = False, True
+            words.clear()
             i += 1
             if heredocs:
                 i = _skip_heredocs(source, i, heredocs, spans, problems)
@@ -278,12 +294,29 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             in_word = False
             if c in ";&|(":
                 command_position = True
+                words.clear()
             i += 1
             continue
         if c in "<>" and not stack:
             in_word = False
         i += 1
     return problems
+
+
+def _reparser(words: list[str]) -> str | None:
+    """The command among ``words`` that would parse the last word as shell code, if any.
+
+    ``words`` ends with the word the placeholder is in. ``eval``, ``ssh`` and ``su`` parse
+    all their arguments again; a shell parses the word after ``-c``. Wrappers (sudo,
+    timeout, env) are looked through by checking every word of the command.
+    """
+    names = [word.rsplit("/", 1)[-1] for word in words[:-1]]
+    for name in names:
+        if name in _REPARSERS:
+            return name
+    if len(words) >= 3 and _SHELL_C.match(words[-2]) and names[-2] in _SHELLS:
+        return names[-2]
+    return None
 
 
 def _advance(i: int, by: int, spans: dict[int, int]) -> int:

@@ -33,6 +33,7 @@ ALLOWED_SHAPES = [
     ("if true; then printf '%s' {{ v }}; fi", b"", b""),
     ("A={{ v }} printf '%s' {{ v }}>&1", b"", b""),
     ("printf '%s' x{{ v }}:{{ v }}y", None, None),  # two copies: checked separately
+    ("sh -c 'printf %s \"$1\"' _ {{ v }}", b"", b""),  # the safe way to hand a value to sh -c
 ]
 
 REJECTED_SHAPES = [
@@ -50,6 +51,10 @@ REJECTED_SHAPES = [
     "{{ v }} --version",
     "true | {{ v }}",
     "cat <<EOF\n{{ v }}\nEOF",
+    "eval printf %s {{ v }}",
+    "sh -c {{ v }}",
+    "sudo -n sh -ec {{ v }}",
+    "ssh host printf %s {{ v }}",
 ]
 
 PAYLOADS = [
@@ -63,6 +68,7 @@ PAYLOADS = [
     "${IFS}touch${IFS}canary",
     "$'\\x27'; touch canary",
     "`; touch canary; `",
+    "x; touch canary",
     "\\'\"; touch canary; #",  # through bash's $'...'
 ]
 
@@ -147,6 +153,8 @@ def test_a_name_the_host_printed_stays_one_argument(name):
         "printf '%s' `printf %s {{ v }}`",
         "true # {{ v }}",
         "printf '%s' ${{ v }}",
+        "eval printf %s {{ v }}",
+        "sh -c {{ v }}",
     ],
 )
 def test_rejected_shapes_would_have_run_the_value(shape, tmp_path: Path):
