@@ -14,6 +14,7 @@ from runbook_runner import journal as journal_module
 from runbook_runner.catalog import UnknownRunbook
 from runbook_runner.errors import TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.expr import EvalError
 from runbook_runner.hostlock import HostLocked
 from runbook_runner.parameters import ParameterError
 from runbook_runner.runbook import RunbookInvalid, load
@@ -303,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     except (UnknownRunbook, ParameterError) as error:
         _err(f"runbook: {error}")
+        return ExitCode.BAD_INPUT
+    except EvalError as error:  # a duration computed from --set values that cannot be computed
+        _err(f"runbook: cannot compute a value of the runbook: {error}")
         return ExitCode.BAD_INPUT
     except TransportError as error:
         _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))

@@ -119,7 +119,7 @@ def read(path: Path) -> JournalRead:
             if not isinstance(event, dict):
                 raise ValueError("not an object")
             events.append(event)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
             what = "was cut short (the runner stopped while writing it)" if last else "is not JSON"
             problems.append(f"{path}:{number}: line {what}; skipped")

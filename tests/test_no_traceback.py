@@ -178,3 +178,19 @@ def test_main_never_raises_nor_prints_a_traceback(command, rest, data, capsys, m
     assert "Traceback" not in out + err
     assert "internal error" not in err, (argv, err)
     assert code in set(ExitCode), (argv, code, err)
+
+
+def test_runs_show_of_a_journal_nested_thousands_deep_is_not_a_traceback(
+    run_journals_in_tmp, capsys
+):
+    run_journals_in_tmp.mkdir(parents=True)
+    journal = run_journals_in_tmp / "20261130T000000Z-x-h-0000.jsonl"
+    journal.write_text(
+        '{"event": "run-start", "t": "x", "runbook": "x"}\n' + "[" * 100_000 + "]" * 100_000 + "\n"
+    )
+    code = main(["runs", "show", journal.stem])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert "internal error" not in err
+    assert code == ExitCode.OK
+    assert ".jsonl:2: line " in err
