@@ -185,3 +185,68 @@ def test_validate_rejects_a_quoted_placeholder_with_its_position(tmp_path, capsy
     out = capsys.readouterr().out
     assert "quoted.yaml:12:20: steps[0].run: placeholder inside double quotes" in out
     assert "outside any quotes" in out
+
+
+_FRAGMENTS = [
+    "printf '%s' ",
+    "echo ",
+    "true ",
+    "eval ",
+    "sh -c ",
+    "cat <<E\n",
+    "\nE\n",
+    "{{ v }}",
+    "{{ v }}",
+    "{{ v }}",
+    " ",
+    "'",
+    '"',
+    "$(",
+    ")",
+    "(",
+    "`",
+    "\\",
+    "#",
+    "\n",
+    "; ",
+    " | ",
+    " && ",
+    "x",
+    "=",
+    "-",
+    "${",
+    "}",
+    "$",
+    "A=",
+    " _ ",
+    '"$1" ',
+]
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    command=st.sampled_from(_FRAGMENTS[:5]),
+    parts=st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=8),
+)
+def test_any_template_the_loader_accepts_runs_no_value(command, parts):
+    """Random shell text with placeholders: whatever passes the load-time check, no value
+    (of the payloads that break out of a wrong context) makes the shell run a command."""
+    template = command + "".join(parts)
+    assume("{{ v }}" in template and not shell_problems(template))
+    with tempfile.TemporaryDirectory() as folder:
+        for payload in PAYLOADS:
+            command = _render(template, payload)
+            for shell in SHELLS:
+                subprocess.run(
+                    [shell, b"-c", command.encode()],
+                    cwd=folder,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
+            assert "canary" not in os.listdir(folder), (template, payload)
