@@ -100,6 +100,7 @@ _KEYWORDS = frozenset(
 # Commands that parse their arguments as shell code again: a quoted value is not safe there.
 _REPARSERS = frozenset({"eval", "ssh", "su"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_UNQUOTE = str.maketrans("", "", "'\"\\")
 _SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*$")  # sh -c SCRIPT, bash -ec SCRIPT
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _WORD_END = re.compile(r"[^\s;&|()<>]*")
@@ -307,15 +308,31 @@ def _reparser(words: list[str]) -> str | None:
     """The command among ``words`` that would parse the last word as shell code, if any.
 
     ``words`` ends with the word the placeholder is in. ``eval``, ``ssh`` and ``su`` parse
-    all their arguments again; a shell parses the word after ``-c``. Wrappers (sudo,
-    timeout, env) are looked through by checking every word of the command.
+    all their arguments again; a shell parses its first operand after ``-c`` (options may
+    come between: ``sh -c -e X``). Wrappers (sudo, timeout, env) are looked through by
+    checking every word of the command; a command named at run time (``$X``) is refused.
     """
-    names = [word.rsplit("/", 1)[-1] for word in words[:-1]]
+    before = [word for word in words[:-1] if not _ASSIGNMENT.match(word)]
+    if before and any(mark in before[0] for mark in "$`"):
+        return before[0]  # a command named at run time could be eval or a shell
+    # e"v"al, \eval and ''eval are eval: quotes and backslashes go before the name is read.
+    plain = [word.translate(_UNQUOTE) for word in words]
+    names = [word.rsplit("/", 1)[-1] for word in plain[:-1]]
     for name in names:
         if name in _REPARSERS:
             return name
-    if len(words) >= 3 and _SHELL_C.match(words[-2]) and names[-2] in _SHELLS:
-        return names[-2]
+    for k, name in enumerate(names):
+        if name not in _SHELLS:
+            continue
+        rest = plain[k + 1 :]
+        flags = [i for i, word in enumerate(rest[:-1]) if _SHELL_C.match(word)]
+        if not flags:
+            continue
+        i = flags[0] + 1
+        while i < len(rest) - 1 and rest[i][:1] in ("-", "+"):
+            i += 2 if rest[i] in ("-o", "+o") else 1
+        if i == len(rest) - 1:
+            return name
     return None
 
 

@@ -55,6 +55,11 @@ REJECTED_SHAPES = [
     "sh -c {{ v }}",
     "sudo -n sh -ec {{ v }}",
     "ssh host printf %s {{ v }}",
+    # found by test_any_template_the_loader_accepts_runs_no_value:
+    "true\n``eval {{ v }}",  # an empty substitution before eval
+    "sh -c -eval {{ v }}",  # options after -c: the script is the first operand
+    'e"v"al printf %s {{ v }}',
+    "$CMD printf %s {{ v }}",
 ]
 
 PAYLOADS = [
