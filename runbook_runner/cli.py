@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -15,13 +16,14 @@ from runbook_runner import journal as journal_module
 from runbook_runner.catalog import UnknownRunbook
 from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.expr import EvalError
 from runbook_runner.hostlock import HostLocked, LockUnavailable
 from runbook_runner.parameters import ParameterError
 from runbook_runner.runbook import RunbookInvalid, load
+from runbook_runner.safetext import visible
 
 EPILOG = f"""\
 examples:
-  runbook show gpu-node-health
   runbook check gpu-node-health --host 10.1.230.174
   runbook run gpu-oom-recovery --host root@10.1.230.174 --dry-run
   runbook test gpu-oom-recovery --scenario stuck-d-state
@@ -41,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(visible(message), file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -102,7 +104,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             invalid += 1
             errors += len(error.lines)
             for line in error.lines:
-                print(line)
+                print(visible(line, lines=False))
             continue
         if not args.quiet:
             print(f"{runbook.path}: ok ({render.plural(len(runbook.steps), 'step')})")
@@ -471,6 +473,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "with its connection; on a host without flock, re-run with --break-lock)"
         )
         return ExitCode.LOCKED
+    except journal_module.JournalWriteError as error:
+        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
+        return ExitCode.JOURNAL
     except LockUnavailable as error:
         _err(f"runbook: {error}")
         return ExitCode.LOCKED
@@ -488,6 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     except SshSetupError as error:
         _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
+        return ExitCode.BAD_INPUT
+    except EvalError as error:  # a duration computed from --set values that cannot be computed
+        _err(f"runbook: cannot compute a value of the runbook: {error}")
         return ExitCode.BAD_INPUT
     except TransportError as error:
         _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
@@ -510,3 +518,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()
         return ExitCode.OK
+    except OSError as error:  # a local file named on the command line: missing, too long, ...
+        where = f"{str(error.filename)[:200]}: " if error.filename else ""
+        _err(f"runbook: {where}{error.strerror or error}")
+        return ExitCode.BAD_INPUT
+    except Exception as error:  # the last guard: a bug is one line and its own code
+        if os.environ.get("RUNBOOK_DEBUG"):
+            raise
+        _err(
+            f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
+            "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
+        )
+        return ExitCode.INTERNAL

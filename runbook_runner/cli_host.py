@@ -34,6 +34,7 @@ from runbook_runner.hostlock import HostLock
 from runbook_runner.parameters import resolve_parameters
 from runbook_runner.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
+from runbook_runner.safetext import markdown_cell, visible
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.events import Event, RunReport
@@ -455,17 +456,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
             raise UsageError("runs show needs a RUN id (see 'runbook runs')", "runbook runs")
         journal = journal_module.read(_latest_run(args.run, folder))
         for problem in journal.problems:
-            print(problem, file=sys.stderr)
+            print(visible(str(problem)), file=sys.stderr)
         rows = journal_module.timeline(journal)
         if args.markdown:
             print("| Time (UTC) | Step | Event |")
             print("|---|---|---|")
             for t, step, what in rows:
-                cell = what.replace("|", "\\|")
-                print(f"| {t} | {step} | {cell} |")
+                cells = " | ".join(markdown_cell(cell) for cell in (t, step, what))
+                print(f"| {cells} |")
         else:
             for t, step, what in rows:
-                print(f"{t}  {step:<22} {what}")
+                print(visible(f"{t}  {step:<22} {what}", lines=False))
         return ExitCode.OK
     paths = sorted(folder.glob("*.jsonl"))[-args.last :] if folder.is_dir() else []
     if not paths:
@@ -473,9 +474,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return ExitCode.OK
     summaries = [journal_module.summary(p) for p in paths]
     print(
-        render.table(
-            [(x["run"], x["operator"], x["result"]) for x in summaries],
-            ("RUN", "OPERATOR", "RESULT"),
+        visible(
+            render.table(
+                [(x["run"], x["operator"], x["result"]) for x in summaries],
+                ("RUN", "OPERATOR", "RESULT"),
+            )
         )
     )
     return ExitCode.OK

@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 from runbook_runner import render
 from runbook_runner.errors import NeedsConfirmation
 from runbook_runner.runbook import Runbook
+from runbook_runner.safetext import visible_styled
 
 if TYPE_CHECKING:
     from runbook_runner.events import ConfirmRequest, Event, RunReport
@@ -33,11 +34,13 @@ class Output:
         self._last_live = 0.0
 
     def line(self, text: str = "") -> None:
+        """One line for people; what the host printed in it shows its control characters."""
         self.end_live()
-        print(text, file=self.stream, flush=True)
+        print(visible_styled(text), file=self.stream, flush=True)
 
     def live(self, text: str) -> None:
         """A line rewritten in place on a terminal; elsewhere printed every 10 s at most."""
+        text = visible_styled(text)
         if self.tty:
             print(f"\r\x1b[K{text}", end="", file=self.stream, flush=True)
             self._live = True
@@ -51,8 +54,13 @@ class Output:
             self._live = False
 
 
+def stdin_is_terminal() -> bool:
+    """Whether questions can be asked: stdin is open and a terminal (it may be closed: None)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def prompt_passphrase(prompt: str) -> str | None:
-    if not sys.stdin.isatty():
+    if not stdin_is_terminal():
         return None
     return getpass.getpass(prompt)
 
@@ -104,7 +112,7 @@ class Confirmer:
         elif step.reboots:
             if self.allow_reboot:
                 return True
-            if not sys.stdin.isatty():
+            if not stdin_is_terminal():
                 self.reboot_blocked = True
                 self.refusal = (
                     f"step {step.id!r} reboots the host, which needs --allow-reboot "
@@ -113,7 +121,7 @@ class Confirmer:
                 return False
         elif self.yes:
             return True
-        if not sys.stdin.isatty():
+        if not stdin_is_terminal():
             self.refusal = (
                 f"step {step.id!r} is destructive (affects {step.affects}) and needs a confirmation, "
                 "but stdin is not a terminal: re-run with --yes to allow it"

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from runbook_runner.errors import RunbookRunnerError
 
 
@@ -42,6 +44,14 @@ class MissingValue(EvalError):
         super().__init__(f"{name} not reported")
         self.name = name
 
+
+# Bounds on what a runbook may ask to compute: a check is a comparison of host figures,
+# never an unbounded computation. Byte counts of a large server are ~1e13.
+MAX_INT = 10**30  # a whole-number result beyond this is an error, not a bignum
+MAX_NUMBER_TEXT = 40  # characters in one number literal
+MAX_DEPTH = 32  # nested parentheses, signs, 'not' and calls
+MAX_TOKENS = 400
+REGEX_TIMEOUT_S = 0.25  # matches(): a pattern that backtracks longer is an error
 
 FUNCTIONS: dict[str, tuple[int, int]] = {
     "count": (1, 1),  # count(list observation)
@@ -141,7 +151,21 @@ def _tokens(source: str) -> list[_Token]:
 class _Parser:
     def __init__(self, source: str) -> None:
         self.tokens = _tokens(source)
+        if len(self.tokens) > MAX_TOKENS:
+            raise ExprError(
+                f"the expression is too long ({len(self.tokens) - 1} parts; at most {MAX_TOKENS})",
+                self.tokens[MAX_TOKENS].start,
+            )
         self.at = 0
+        self.depth = 0
+
+    def deeper(self, token: _Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExprError(
+                f"nested more than {MAX_DEPTH} levels deep (parentheses, signs, 'not', calls)",
+                token.start,
+            )
 
     def peek(self) -> _Token:
         return self.tokens[self.at]
@@ -182,9 +206,11 @@ class _Parser:
 
     def not_(self) -> Node:
         if self.peek().text == "not" and self.peek().kind == "keyword":
-            start = self.take().start
+            token = self.take()
+            self.deeper(token)
             operand = self.not_()
-            return Unary(start, operand.end, "not", operand)
+            self.depth -= 1
+            return Unary(token.start, operand.end, "not", operand)
         return self.compare()
 
     def compare(self) -> Node:
@@ -208,24 +234,25 @@ class _Parser:
     def unary(self) -> Node:
         if self.peek().text in {"-", "+"}:
             token = self.take()
+            self.deeper(token)
             operand = self.unary()
+            self.depth -= 1
             return Unary(token.start, operand.end, token.text, operand)
         return self.power()
 
     def power(self) -> Node:
         base = self.atom()
         if self.peek().text == "**":  # right-associative, and binds tighter than a sign
-            self.take()
+            self.deeper(self.take())
             exponent = self.unary()
+            self.depth -= 1
             return Binary(base.start, exponent.end, "**", base, exponent)
         return base
 
     def atom(self) -> Node:
         token = self.take()
         if token.kind == "number":
-            text = token.text.replace("_", "")
-            value: Any = float(text) if any(c in text for c in ".eE") else int(text)
-            return Literal(token.start, token.end, value)
+            return Literal(token.start, token.end, _number(token))
         if token.kind == "string":
             return Literal(token.start, token.end, token.text[1:-1])
         if token.kind == "keyword" and token.text in {"true", "false"}:
@@ -235,8 +262,10 @@ class _Parser:
                 return self.call(token)
             return Name(token.start, token.end, token.text)
         if token.text == "(":
+            self.deeper(token)
             inner = self.or_()
             close = self.expect(")")
+            self.depth -= 1
             return _respan(inner, token.start, close.end)
         found = token.text or "end of expression"
         raise ExprError(f"expected a value, found {found!r}", token.start)
@@ -245,12 +274,13 @@ class _Parser:
         if name.text not in FUNCTIONS:
             known = ", ".join(sorted(FUNCTIONS))
             raise ExprError(f"unknown function {name.text!r} (known: {known})", name.start)
-        self.expect("(")
+        self.deeper(self.expect("("))
         args = [self.or_()]
         while self.peek().text == ",":
             self.take()
             args.append(self.or_())
         close = self.expect(")")
+        self.depth -= 1
         low, high = FUNCTIONS[name.text]
         if not low <= len(args) <= high:
             raise ExprError(f"{name.text}() takes {low}..{high} arguments", name.start)
@@ -261,6 +291,36 @@ class _Parser:
                 f"{name.text}() takes LIST.FIELD, e.g. gpus.memory_total_mib", args[0].start
             )
         return Call(name.start, close.end, name.text, tuple(args))
+
+
+def _number(token: _Token) -> int | float:
+    text = token.text.replace("_", "")
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ExprError(
+            f"a number of {len(text)} characters (at most {MAX_NUMBER_TEXT})", token.start
+        )
+    if any(c in text for c in ".eE"):
+        value = float(text)
+        if not math.isfinite(value):
+            raise ExprError(
+                f"{token.text} is beyond the largest number (about 1.8e308)", token.start
+            )
+        return value
+    whole = int(text)
+    if abs(whole) > MAX_INT:
+        raise ExprError(f"{token.text} is beyond the largest whole number (10**30)", token.start)
+    return whole
+
+
+def bounded(value: Any) -> Any:
+    """``value``, or :class:`EvalError` if it is a number past the bounds."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise EvalError("the result is beyond the largest whole number (10**30)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EvalError("the result is beyond the largest number (about 1.8e308)")
+    return value
 
 
 def _respan(node: Node, start: int, end: int) -> Node:
@@ -288,6 +348,44 @@ def names(node: Node) -> Iterator[Name]:
     elif isinstance(node, Call):
         for arg in node.args:
             yield from names(arg)
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Unary):
+        return (node.operand,)
+    if isinstance(node, Binary):
+        return (node.left, node.right)
+    if isinstance(node, Call):
+        return node.args
+    return ()
+
+
+def constant_problems(node: Node) -> list[tuple[int, str]]:
+    """(offset, message) for each part with no names that cannot be computed.
+
+    ``10**40``, ``1e308 * 10`` or ``matches(x, '(')`` fail the same way on every host:
+    they are errors in the runbook, reported when it is loaded.
+    """
+    problems: list[tuple[int, str]] = []
+
+    def visit(part: Node) -> None:
+        if isinstance(part, Call) and part.function == "matches":
+            pattern = part.args[1]
+            if isinstance(pattern, Literal) and isinstance(pattern.value, str):
+                problem = pattern_problem(pattern.value)
+                if problem:
+                    problems.append((pattern.start, f"matches(): {problem}"))
+        if not isinstance(part, Literal) and not any(True for _ in names(part)):
+            try:
+                evaluate(part, lambda name: None)
+            except EvalError as error:
+                problems.append((part.start, str(error)))
+                return
+        for child in _children(part):
+            visit(child)
+
+    visit(node)
+    return problems
 
 
 def calls(node: Node, functions: set[str]) -> Iterator[Call]:
@@ -362,7 +460,7 @@ def evaluate(node: Node, resolve: Resolver) -> Any:
         _need_number(operand, node.op)
         return -operand if node.op == "-" else operand
     if isinstance(node, Call):
-        return _call(node, resolve)
+        return bounded(_call(node, resolve))
     assert isinstance(node, Binary)
     if node.op in {"and", "or"}:
         left = _truth(evaluate(node.left, resolve))
@@ -377,11 +475,13 @@ def evaluate(node: Node, resolve: Resolver) -> Any:
     _need_number(left, node.op)
     _need_number(right, node.op)
     try:
-        return _ARITHMETIC[node.op](left, right)
+        return bounded(_ARITHMETIC[node.op](left, right))
     except ZeroDivisionError:
         raise EvalError("division by zero") from None
     except OverflowError:
-        raise EvalError(f"{node.op}: the result is too large") from None
+        raise EvalError(
+            f"{node.op}: the result is beyond the largest number (about 1.8e308)"
+        ) from None
 
 
 def _call(node: Call, resolve: Resolver) -> Any:
@@ -418,18 +518,16 @@ def _call(node: Call, resolve: Resolver) -> Any:
             raise EvalError(f"{node.function}() needs two strings")
         if node.function == "contains":
             return pattern in text
-        try:
-            return re.search(pattern, text) is not None
-        except re.error as error:
-            raise EvalError(
-                f"matches(): {pattern!r} is not a regular expression: {error}"
-            ) from None
+        return search(pattern, text)
     for value in values:
         _need_number(value, node.function + "()")
     if node.function == "abs":
         return abs(values[0])
     if node.function == "round":
-        return round(values[0], int(values[1]) if len(values) > 1 else None)
+        digits = int(values[1]) if len(values) > 1 else None
+        if digits is not None and not -30 <= digits <= 30:
+            raise EvalError(f"round(): {digits} digits (between -30 and 30)")
+        return round(values[0], digits)
     if node.function == "floor":
         return math.floor(values[0])
     if node.function == "gib":
@@ -437,6 +535,33 @@ def _call(node: Call, resolve: Resolver) -> Any:
     if node.function == "gb":
         return values[0] / 10**9
     return min(values) if node.function == "min" else max(values)
+
+
+def search(pattern: str, text: str) -> bool:
+    """``matches()``: a regular-expression search that gives up after REGEX_TIMEOUT_S.
+
+    Python's ``re`` cannot be stopped: ``(a+)+$`` against 30 a's and a b backtracks for
+    minutes. The ``regex`` module takes the same syntax and a timeout, so a runbook's
+    pattern (or one given with --set) costs a bounded time on any host output.
+    """
+    try:
+        return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        raise EvalError(
+            f"matches(): {pattern!r} took over {REGEX_TIMEOUT_S:g}s on {len(text)} characters "
+            "(a pattern that backtracks: avoid nested repeats like (a+)+)"
+        ) from None
+    except (regex.error, re.error) as error:
+        raise EvalError(f"matches(): {pattern!r} is not a regular expression: {error}") from None
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is no regular expression, or None (for load-time checks)."""
+    try:
+        regex.compile(pattern)
+    except (regex.error, re.error) as error:
+        return f"not a regular expression: {error}"
+    return None
 
 
 def _truth(value: Any) -> bool:

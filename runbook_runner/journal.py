@@ -7,7 +7,6 @@ reach it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -35,6 +34,10 @@ class UnknownRun(JournalError):
     """A run id, prefix or path that names no single journal: bad input, not a bad journal."""
 
 
+class JournalWriteError(JournalError):
+    """The journal cannot be written (disk full, read-only, gone): the run must stop."""
+
+
 def default_dir(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "runbook-runner" / "runs"
@@ -57,9 +60,14 @@ class Journal:
     """Appends events to a file, each flushed and (unless told) fsynced before the call returns."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[bytes] = path.open("ab")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[bytes] = path.open("ab")
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot open the run journal {path}: {error.strerror or error}"
+            ) from None
         self._written = 0
         kill_after = os.environ.get(KILL_AFTER_ENV, "")
         self._kill_after = int(kill_after) if kill_after.isdigit() else None
@@ -80,18 +88,27 @@ class Journal:
         power cut costs at most repeating read-only work (an fsync is 1-10 ms a line)."""
         record = {"t": utc(), "event": event, **fields}
         line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
-        self._file.write(line.encode("utf-8", "replace"))
-        self._file.flush()
-        if sync:
-            os.fsync(self._file.fileno())
+        try:
+            self._file.write(line.encode("utf-8", "replace"))
+            self._file.flush()
+            if sync:
+                os.fsync(self._file.fileno())
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot write the run journal {self.path} ({event}): {error.strerror or error}"
+            ) from None
         self._written += 1
         if self._written == self._kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
+        try:
             os.fsync(self._file.fileno())
-        self._file.close()
+            self._file.close()
+        except OSError as error:
+            raise JournalWriteError(
+                f"cannot write the run journal {self.path}: {error.strerror or error}"
+            ) from None
 
 
 @dataclass
@@ -125,7 +142,7 @@ def read(path: Path) -> JournalRead:
             if not isinstance(event, dict):
                 raise ValueError("not an object")
             events.append(event)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
             what = "was cut short (the runner stopped while writing it)" if last else "is not JSON"
             problems.append(f"{path}:{number}: line {what}; skipped")

@@ -9,6 +9,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.runbook import Runbook, Step, seconds_text
+from runbook_runner.safetext import visible
 
 if TYPE_CHECKING:
     from runbook_runner.events import StepRecord, Waiting
@@ -34,6 +35,7 @@ class Style:
         self.enabled = enabled
 
     def __call__(self, text: str, *styles: str) -> str:
+        text = visible(text)  # host text inside a colour cannot end it or add its own
         if not self.enabled or not styles:
             return text
         codes = ";".join(self._CODES[s] for s in styles)

@@ -52,6 +52,10 @@ class Transport(Protocol):
 REBOOT_GOES_DOWN_S = 120.0  # a reboot that has not dropped SSH by then did not happen
 REBOOT_COMES_BACK_S = 900.0  # default wait for SSH to answer again
 RECONNECT_FOR_S = 120.0  # how long a dropped connection is retried before the run stops
+# Observations are parsed: run them in the C locale (as Ansible does), so that `free` prints
+# "total used free" and numbers use a dot, whatever the host's or the login's language.
+# Inside the command text, so that it holds under `sudo -n sh -c` too (sudo resets the env).
+OBSERVE_IN_C_LOCALE = "export LC_ALL=C LANG=C LANGUAGE=C; "
 
 
 # -- the runner -----------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class Runner:
         commands = {name: self._command_of(name) for name in remote}
         batch = [
             BatchCommand(
-                commands[name],
+                OBSERVE_IN_C_LOCALE + commands[name],
                 self.runbook.observations[name].timeout,
                 as_root=self.runbook.observations[name].root,
                 alone=self.runbook.observations[name].alone,
@@ -148,11 +152,12 @@ class Runner:
             except ParseError as error:
                 return Unavailable(str(error), "unparsable")
         command = self._command_of(name)
+        sent = OBSERVE_IN_C_LOCALE + command
         try:
-            result = self.transport.run(command, observation.timeout, as_root=observation.root)
+            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
         except ConnectionLost as lost:  # an observation only reads: sending it again is safe
             self._reconnect(None, lost)
-            result = self.transport.run(command, observation.timeout, as_root=observation.root)
+            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
         return self._parsed(name, command, result)
 
     def _parsed(self, name: str, command: str, result: CommandResult) -> Any:

@@ -11,6 +11,8 @@ import difflib
 import re
 from typing import Any
 
+import regex
+
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import field_names, has_field
@@ -82,7 +84,12 @@ class _Semantics:
         for obs_name, spec in self.observations.items():
             for key in ("command", "text"):
                 if isinstance(spec.get(key), str):
-                    self.template(("observations", obs_name, key), spec[key], item_type=None)
+                    self.template(
+                        ("observations", obs_name, key),
+                        spec[key],
+                        item_type=None,
+                        shell=key == "command",
+                    )
         for let_name, text in _mapping(self.data.get("let")).items():
             if let_name in self.parameters or let_name in self.observations:
                 self.error(
@@ -170,6 +177,8 @@ class _Semantics:
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", base + error.offset)
             return
+        for offset, problem in expr.constant_problems(tree):
+            self.error(path, f"in expression: {problem}", base + offset)
         aggregated = {id(arg) for call in expr.calls(tree, expr.AGGREGATES) for arg in call.args}
         for node in expr.names(tree):
             if id(node) in aggregated:
@@ -284,6 +293,8 @@ class _Semantics:
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", error.offset)
             return
+        for offset, problem in expr.constant_problems(tree):
+            self.error(path, f"in expression: {problem}", offset)
         for node in expr.names(tree):
             if node.path not in self.parameters:
                 known = list(self.parameters)
@@ -313,11 +324,16 @@ class _Semantics:
         spec = self.observations.get(over)
         return PARSERS[spec["parser"]].record_type if spec else None
 
-    def template(self, path: Path, text: str, item_type: type | None) -> None:
+    def template(
+        self, path: Path, text: str, item_type: type | None, *, shell: bool = True
+    ) -> None:
         template = Template(text)
         loose = template.malformed()
         if loose is not None:
             self.error(path, "'{{' or '}}' that is not a {{ name }} placeholder", loose)
+        if shell:
+            for offset, message in template.unsafe_placeholders():
+                self.error(path, message, offset)
         for placeholder in template.placeholders:
             name = placeholder.name
             if name.startswith("item."):
@@ -369,8 +385,10 @@ def value_problem(spec: dict[str, Any], value: Any) -> str | None:
     pattern = spec.get("pattern")
     if isinstance(value, str) and isinstance(pattern, str):
         try:
-            if re.fullmatch(pattern, value) is None:
+            if regex.fullmatch(pattern, value, timeout=expr.REGEX_TIMEOUT_S) is None:
                 return f"must match {pattern}"
-        except re.error:
+        except (regex.error, re.error):
             return None
+        except TimeoutError:
+            return f"took too long to match {pattern} (a pattern that backtracks)"
     return None

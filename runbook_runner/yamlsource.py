@@ -73,8 +73,61 @@ def _mark(node: yaml.Node) -> Mark:
     return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
+MAX_DEPTH = 64  # nested mappings and sequences; PyYAML's composer recurses, 500 would crash it
+MAX_VALUES = 100_000  # aliases and merge keys can expand a small file exponentially
+
+
+def _too_deep(text: str) -> Problem | None:
+    """The first collection nested deeper than MAX_DEPTH, found from the event stream.
+
+    PyYAML's parser is a state machine but its composer recurses once per level: this
+    pass (no recursion) stops a 500-deep document before the composer overflows the stack.
+    """
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    return Problem(
+                        Mark(mark.line + 1, mark.column + 1) if mark else Mark(1, 1),
+                        (),
+                        f"nested more than {MAX_DEPTH} levels deep",
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # the composer reports it, with its position
+    return None
+
+
+def _merged_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many key/value pairs a mapping holds once its ``<<`` merge keys are expanded."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_ or not isinstance(node, yaml.MappingNode):
+        return 1
+    open_.add(id(node))
+    total = 0
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for part in merged:
+                total += _merged_size(part, sizes, open_)
+                if total > MAX_VALUES:
+                    break
+        else:
+            total += 1
+        if total > MAX_VALUES:
+            break
+    open_.discard(id(node))
+    sizes[id(node)] = total
+    return total
+
+
 class _Builder:
-    MAX_VALUES = 100_000  # aliases can expand a small file exponentially ("billion laughs")
+    MAX_VALUES = MAX_VALUES  # aliases can expand a small file exponentially ("billion laughs")
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -82,6 +135,7 @@ class _Builder:
         self.problems: list[Problem] = []
         self._open: set[int] = set()  # nodes being built: meeting one again is a cycle
         self._count = 0
+        self._merged_sizes: dict[int, int] = {}
 
     def build(self, node: yaml.Node, path: Path) -> Any:
         self._count += 1
@@ -127,14 +181,33 @@ class _Builder:
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
-        self.loader.flatten_mapping(node)  # resolves "<<" merge keys
-        for key_node, value_node in node.value:
+        if _merged_size(node, self._merged_sizes, set()) > MAX_VALUES:
+            self.problems.append(
+                Problem(
+                    _mark(node),
+                    path,
+                    f"merge keys (<<) expand this mapping to more than {MAX_VALUES:,} values",
+                )
+            )
+            return result
+        own = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+        try:
+            self.loader.flatten_mapping(node)  # resolves "<<" merge keys
+        except yaml.YAMLError as error:
+            self.problems.append(Problem(_mark(node), path, _yaml_message(error)))
+            return result
+        merged = len(node.value) - own  # flatten_mapping puts merged pairs first
+        for index, (key_node, value_node) in enumerate(node.value):
             if not isinstance(key_node, yaml.ScalarNode):
                 self.problems.append(Problem(_mark(key_node), path, "a key must be a plain value"))
                 continue
             key = self.loader.construct_object(key_node)
             key = key if isinstance(key, str) else str(key)
             key_path: Path = (*path, key)
+            if index < merged and key in result:
+                continue  # of two merged mappings, the first one's key stays (YAML 1.1 merge)
+            if index >= merged and key in result and key_path not in self.source.key_marks:
+                del result[key]  # a key written here overrides a merged one
             if key in result:
                 first = self.source.key_marks[key_path]
                 self.problems.append(
@@ -146,7 +219,8 @@ class _Builder:
                     )
                 )
                 continue
-            self.source.key_marks[key_path] = _mark(key_node)
+            if index >= merged:
+                self.source.key_marks[key_path] = _mark(key_node)
             result[key] = self.build(value_node, key_path)
         return result
 
@@ -191,6 +265,10 @@ def _load(text: str, loader_class: Any) -> tuple[Source, list[Problem]]:
         return Source(None), [
             Problem(where, (), f"character U+{int(error.character):04X} is not allowed in YAML")
         ]
+    deep = _too_deep(text)
+    if deep is not None:
+        loader.dispose()
+        return Source(None), [deep]
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as error:

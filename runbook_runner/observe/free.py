@@ -108,18 +108,50 @@ def _to_bytes(token: str, units: FreeUnits, where: str) -> int:
     return int(value * base ** _POWERS[match["prefix"]])
 
 
+# Every column and row name procps-ng (3.3, 4.x), old procps and BusyBox print in the C
+# locale. Anything else is most likely a translation (de: "gesamt benutzt frei",
+# "Speicher:"; fr: "utilisé libre disponible"), whose columns would be read as missing.
+_COLUMNS = {
+    "total",
+    "used",
+    "free",
+    "shared",
+    "buff/cache",
+    "buffers",
+    "cache",
+    "cached",
+    "available",
+}
+_ROWS = {"Mem", "Swap", "Low", "High", "Total", "Comm", "-/+ buffers/cache", "-/+ buffers"}
+LOCALE_HINT = (
+    "the host printed it in another language: its locale (LANG/LC_ALL) is probably not "
+    "English; run it with LC_ALL=C"
+)
+
+
 def _last_report(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """The columns and rows of the last report (``free -c N`` prints several)."""
     header_at = [i for i, line in enumerate(lines) if line.split()[:1] == ["total"]]
     if not header_at:
-        raise ParseError("free output has no header line (total used free ...)")
+        raise ParseError(
+            f"free output has no header line (total used free ...): {lines[0][:80]!r}; "
+            + LOCALE_HINT
+        )
     start = header_at[-1]
     columns = lines[start].split()
+    unknown = [c for c in columns if c not in _COLUMNS]
+    if unknown:
+        raise ParseError(
+            f"free printed columns it does not print in English ({' '.join(unknown)}); "
+            + LOCALE_HINT
+        )
     rows: dict[str, list[str]] = {}
     for line in lines[start + 1 :]:
         label, colon, values = line.partition(":")
         if not colon:
             raise ParseError(f"unexpected line in free output: {line[:80]!r}")
+        if label.strip() not in _ROWS:
+            raise ParseError(f"free printed a line {label.strip()[:40]!r}:; " + LOCALE_HINT)
         rows[label.strip()] = values.split()
     return columns, rows
 

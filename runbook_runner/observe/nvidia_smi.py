@@ -35,13 +35,28 @@ _FAILURES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("no-devices", re.compile(r"^No devices were found", re.M), "no GPU is visible"),
     (
         "gpu-lost",
-        re.compile(r"Unable to determine the device handle for GPU ?(\S+?):? "),
+        re.compile(r"Unable to determine the device handle", re.I),
         "a GPU does not answer (fallen off the bus?)",
     ),
     (
         "reset-refused",
         re.compile(r"could not be reset"),
         "the GPU reset was refused: another client still uses the GPU",
+    ),
+    (
+        "nvml-missing",
+        re.compile(r"couldn't find libnvidia-ml\.so", re.I),
+        "the NVML library (libnvidia-ml.so) is missing: the driver is not (fully) installed",
+    ),
+    (
+        "bad-field",
+        re.compile(r"is not a valid field to query", re.I),
+        "nvidia-smi does not know a field of the query (an older driver?)",
+    ),
+    (
+        "not-installed",
+        re.compile(r"nvidia-smi: (?:command )?not found", re.I),
+        "nvidia-smi is not installed (or not on PATH)",
     ),
     ("bad-option", re.compile(r"^ERROR: ", re.M), "nvidia-smi rejected its arguments"),
     ("nvml-failed", re.compile(r"^Failed to initialize NVML", re.M), "NVML failed to start"),
@@ -64,6 +79,10 @@ def detect_failure(text: str, exit_status: int = 0) -> NvidiaSmiFailure | None:
     for condition, pattern, explanation in _FAILURES:
         if pattern.search(text):
             return NvidiaSmiFailure(condition, explanation, text)
+    if exit_status == 127:  # the shell's "command not found"
+        return NvidiaSmiFailure(
+            "not-installed", "nvidia-smi is not installed (or not on PATH)", text
+        )
     if exit_status != 0:
         return NvidiaSmiFailure("failed", f"exit status {exit_status}", text)
     return None

@@ -120,7 +120,8 @@ def free(env: Env, args: list[str]) -> int:
     for letter, value in (("b", 1), ("k", 1024), ("m", 1024**2), ("g", 1024**3)):
         if letter in flags:
             divisor = value
-    env.out(render.free(host, divisor, human="h" in flags or "--human" in args))
+    language = (os.environ.get("LC_ALL") or host.locale)[:2] if host.locale else "C"
+    env.out(render.free(host, divisor, human="h" in flags or "--human" in args, language=language))
     return 0
 
 

@@ -94,6 +94,9 @@ class SimHost:
     kernel_messages: list[str] = field(default_factory=list)
     filesystems: list[SimFilesystem] = field(default_factory=_filesystems)
     files: dict[str, str] = field(default_factory=dict)  # what cat prints for these paths
+    # The host's default locale (/etc/default/locale), e.g. "de_DE.UTF-8": commands that
+    # are translated (free) speak it unless LC_ALL overrides it. "" is English, always.
+    locale: str = ""
 
     # -- rules -------------------------------------------------------------------
 

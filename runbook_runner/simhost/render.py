@@ -188,8 +188,23 @@ def _human(value: int) -> str:
     return f"{value}B"
 
 
-def free(host: SimHost, divisor: int = 1024, human: bool = False) -> str:
-    """``free`` as procps-ng 4.x prints it (used = total - available)."""
+# procps-ng's translations of the header and the row labels (de.po, fr.po).
+_FREE_LANGUAGES = {
+    "de": (
+        ("gesamt", "benutzt", "frei", "gemns.", "Puffer/Cache", "verfügbar"),
+        "Speicher:",
+        "Auslager:",
+    ),
+    "fr": (
+        ("total", "utilisé", "libre", "partagé", "tamp/cache", "disponible"),
+        "Mem:",
+        "Partition d'échange:",
+    ),
+}
+
+
+def free(host: SimHost, divisor: int = 1024, human: bool = False, language: str = "C") -> str:
+    """``free`` as procps-ng 4.x prints it (used = total - available), in ``language``."""
     total = host.memory_total_bytes
     available = host.host_available_bytes()
     used = total - available
@@ -200,11 +215,13 @@ def free(host: SimHost, divisor: int = 1024, human: bool = False) -> str:
     def cell(value: int) -> str:
         return _human(value) if human else str(value // divisor)
 
-    header = f"{'':<9}{'total':>11}" + "".join(
-        f" {name:>11}" for name in ("used", "free", "shared", "buff/cache", "available")
+    names, mem_label, swap_label = _FREE_LANGUAGES.get(
+        language,
+        (("total", "used", "free", "shared", "buff/cache", "available"), "Mem:", "Swap:"),
     )
-    mem = f"{'Mem:':<9}{cell(values[0]):>11}" + "".join(f" {cell(v):>11}" for v in values[1:])
-    swap = f"{'Swap:':<9}{cell(0):>11}" + "".join(f" {cell(0):>11}" for _ in range(2))
+    header = f"{'':<9}{names[0]:>11}" + "".join(f" {name:>11}" for name in names[1:])
+    mem = f"{mem_label:<9}{cell(values[0]):>11}" + "".join(f" {cell(v):>11}" for v in values[1:])
+    swap = f"{swap_label:<9}{cell(0):>11}" + "".join(f" {cell(0):>11}" for _ in range(2))
     return f"{header}\n{mem}\n{swap}\n"
 
 

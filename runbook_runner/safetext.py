@@ -1,0 +1,94 @@
+"""The host's text is data: made visible for a terminal, escaped for Markdown and HTML.
+
+Whatever a host prints (command output, error text, GPU and process names) may hold
+escape sequences that set a window title, write the clipboard (OSC 52), clear the
+screen, or a ``\\r`` that overwrites a line. :func:`visible` shows each control
+character as an escape (``\\x1b``, ``\\r``) instead; every path that puts text on the
+terminal goes through it (console.py's ``Output``, cli.py's errors). :func:`markdown_cell`
+does the same for a cell of a Markdown table, and escapes what Markdown or HTML would
+read as markup.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls, and the Unicode format characters that reorder or hide
+# text (bidi overrides and isolates, line and paragraph separators, zero-width joiners).
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+_CONTROL_KEEP_NL_TAB = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+_CONTROL_KEEP_NL = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+_CONTROL_KEEP_TAB = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+_NAMED = {"\r": "\\r", "\n": "\\n", "\t": "\\t", "\x1b": "\\x1b", "\x00": "\\x00"}
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): show the byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str, *, lines: bool = True, tabs: bool = True) -> str:
+    """``text`` with every control character shown as an escape.
+
+    ``lines`` keeps ``\\n`` as a line break (line-structured output); ``tabs`` keeps
+    ``\\t``. Everything else below 0x20, DEL, C1 and the bidi/format characters become
+    ``\\xNN`` / ``\\uNNNN``, so nothing the host printed moves the cursor or reaches the
+    terminal as a command.
+    """
+    if lines and tabs:
+        pattern = _CONTROL_KEEP_NL_TAB
+    elif lines:
+        pattern = _CONTROL_KEEP_NL
+    elif tabs:
+        pattern = _CONTROL_KEEP_TAB
+    else:
+        pattern = _CONTROL
+    return pattern.sub(_shown, text)
+
+
+# Our own colours (render.Style): the only escape sequences a terminal line may carry.
+_OWN_SGR = re.compile(r"\x1b\[(?:0|[123]|3[1236])(?:;(?:[123]|3[1236]))*m")
+
+
+def visible_styled(text: str) -> str:
+    """Like :func:`visible`, but keeps the colour codes ``render.Style`` adds.
+
+    Host text is escaped by ``Style`` before it is coloured; this is the last guard on
+    a whole line, which may hold both.
+    """
+    parts: list[str] = []
+    position = 0
+    for match in _OWN_SGR.finditer(text):
+        parts.append(visible(text[position : match.start()]))
+        parts.append(match.group())
+        position = match.end()
+    parts.append(visible(text[position:]))
+    return "".join(parts)
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~!#])")
+
+
+def markdown_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table: no markup, no HTML, no control characters.
+
+    ``<`` ``>`` ``&`` become entities (no tags, so no ``<script>``); the characters that
+    start Markdown constructs (code, emphasis, links, images, cells) are backslash-escaped;
+    a newline becomes a visible ``\\n`` so the row stays one row.
+    """
+    shown = visible(text, lines=False, tabs=False)
+    escaped = shown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)

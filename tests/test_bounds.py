@@ -1,0 +1,163 @@
+"""A runbook cannot make the runner spend unbounded memory or time, nor crash it.
+
+Each case was a traceback, a MemoryError or minutes of CPU; each is now a positioned error
+at load time, or (where it depends on the host's values) an evaluation error that fails
+the check cleanly.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tomllib
+import yaml
+
+from conftest import REPO
+from runbook_runner import expr, yamlsource
+from runbook_runner.cli import main
+from runbook_runner.exitcodes import ExitCode
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "offset"),
+    [
+        ("(" * 90 + "1" + ")" * 90, "nested more than 32 levels deep", 32),
+        ("-" * 200 + "1", "nested more than 32 levels deep", 32),
+        ("not " * 60 + "true", "nested more than 32 levels deep", 128),
+        ("1" * 5001, "a number of 5001 characters", 0),
+        ("x > 1e309", "beyond the largest number", 4),
+        ("x > 1" + "0" * 31, "beyond the largest whole number", 4),
+        ("+".join(["x"] * 500), "the expression is too long", 400),
+    ],
+)
+def test_expression_bounds_are_positioned_errors(text, message, offset):
+    with pytest.raises(expr.ExprError, match=re.escape(message)) as caught:
+        expr.parse(text)
+    assert caught.value.offset == offset
+
+
+@pytest.mark.parametrize(
+    ("text", "offset"),
+    [("x < 10**40", 4), ("x < 1e308 * 10", 4), ("x < 2**32**2 * 2**32**2", 4)],
+)
+def test_constant_overflow_is_found_at_load_time(text, offset):
+    problems = expr.constant_problems(expr.parse(text))
+    assert [p[0] for p in problems] == [offset]
+    assert "beyond the largest" in problems[0][1]
+
+
+def test_chained_multiplication_stops_at_the_bound_not_at_memory():
+    """What a chain of lets (b: a * a, c: b * b, ...) computes: it stops, fast."""
+    square = expr.parse("x * x")
+    value = 4294967296
+    error = None
+    for _ in range(64):  # unbounded, 2**(32 * 2**64): no memory holds it
+        try:
+            value = expr.evaluate(square, {"x": value}.__getitem__)
+        except expr.EvalError as stopped:
+            error = stopped
+            break
+    assert error is not None
+    assert "beyond the largest whole number" in str(error)
+
+
+def test_round_digits_are_bounded():
+    with pytest.raises(expr.EvalError, match="digits"):
+        expr.evaluate(expr.parse("round(5, x)"), {"x": -(10**20)}.__getitem__)
+
+
+def test_backtracking_regex_gives_up_with_an_error():
+    """(a|aa)+$ against 40 a's and a b backtracks for minutes under Python's re."""
+    tree = expr.parse("matches(text, pattern)")
+    values = {"text": "a" * 40 + "b", "pattern": "(a|aa)+$"}
+    with pytest.raises(expr.EvalError, match="backtracks"):
+        expr.evaluate(tree, values.__getitem__)
+
+
+def test_a_literal_pattern_that_is_no_regex_is_a_load_time_error():
+    problems = expr.constant_problems(expr.parse("matches(name, '(')"))
+    assert problems[0][0] == 14
+    assert "not a regular expression" in problems[0][1]
+
+
+def _merge_bomb(levels: int = 24) -> str:
+    lines = ["name: bomb", "base0: &L0 {k0_0: v0}"]
+    for level in range(1, levels + 1):
+        lines.append(f"L{level}: &L{level} {{<<: [*L{level - 1}, *L{level - 1}], k{level}: v}}")
+    lines.append(f"target: {{<<: [*L{levels}, *L{levels}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_merge_key_bomb_is_a_positioned_error():
+    _, problems = yamlsource.load(_merge_bomb())
+    assert problems
+    assert "merge keys (<<) expand this mapping to more than 100,000 values" in problems[0].message
+    assert problems[0].mark.line == 18
+
+
+def test_merges_of_a_normal_size_still_work():
+    source, problems = yamlsource.load("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\n")
+    assert problems == []
+    assert source.data["b"] == {"x": 1, "y": 3}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 500 + "]" * 500 + "\n",
+        "".join("  " * i + f"k{i}:\n" for i in range(500)) + "  " * 500 + "v\n",
+        "a: " + "{b: " * 500 + "1" + "}" * 500 + "\n",
+    ],
+)
+def test_deep_nesting_is_a_positioned_error(text):
+    _, problems = yamlsource.load(text)
+    assert len(problems) == 1
+    assert problems[0].message == "nested more than 64 levels deep"
+    assert problems[0].mark.line >= 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _merge_bomb(),
+        "name: deep\nx: " + "[" * 500 + "]" * 500 + "\n",
+        "name: big\ntitle: t\nsummary: s\nobservations: {m: {command: free -b, parser: free}}\n"
+        "checks: {c: {description: d, expect: '"
+        + "(" * 90
+        + "memory.total_bytes > 0"
+        + ")" * 90
+        + "'}}\ngoal: [c]\nsteps: []\n",
+        "name: big\ntitle: t\nsummary: s\nobservations: {m: {command: free -b, parser: free}}\n"
+        "checks: {c: {description: d, expect: 'memory.total_bytes > " + "9" * 5001 + "'}}\n"
+        "goal: [c]\nsteps: []\n",
+        "name: big\ntitle: t\nsummary: s\nobservations: {m: {command: free -b, parser: free}}\n"
+        "let: {a: '4294967296 ** 64'}\n"
+        "checks: {c: {description: d, expect: 'memory.total_bytes > a'}}\n"
+        "goal: [c]\nsteps: []\n",
+    ],
+    ids=["merge-bomb", "deep-yaml", "deep-parentheses", "long-number", "huge-let"],
+)
+def test_validate_reports_each_bound_as_one_positioned_line(tmp_path, capsys, text):
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == ExitCode.BAD_INPUT
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert re.search(r"big\.yaml:\d+:\d+: ", out), out
+
+
+def test_pyyaml_floor_is_a_version_without_the_merge_bomb():
+    """PyYAML 6.0.4 deduplicates merged keys (yaml/pyyaml#897); older ones expand 2**n."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    floor = next(d for d in project["project"]["dependencies"] if d.startswith("PyYAML"))
+    assert floor.startswith("PyYAML>=6.0.4")
+    assert tuple(int(p) for p in yaml.__version__.split(".")[:3]) >= (6, 0, 4)
+
+
+def test_a_parameter_pattern_that_backtracks_is_refused_not_run_for_minutes():
+    from runbook_runner.semantics import value_problem
+
+    problem = value_problem({"type": "string", "pattern": "(a|aa)+"}, "a" * 40 + "b")
+    assert problem is not None
+    assert "too long" in problem

@@ -1,0 +1,257 @@
+"""Values never run: a placeholder is a whole shell word, proven through a real ``sh -c``.
+
+Every template shape the loader allows is fed arbitrary bytes (quotes, $(...),
+backticks, newlines, bytes that are not UTF-8) and run by a real ``sh``; the
+argument must arrive byte-exact and a canary command must never run. The
+shapes the loader rejects are shown to be dangerous, which is why they are rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from runbook_runner.observe import PARSERS
+from runbook_runner.template import Template, quote, shell_problems
+
+# (template, what printf prints around the value)
+ALLOWED_SHAPES = [
+    ("printf '%s' {{ v }}", b"", b""),
+    ("printf '%s' pre{{ v }}", b"pre", b""),
+    ("printf '%s' {{ v }}.post", b"", b".post"),
+    ("printf '%s' --opt={{ v }}", b"--opt=", b""),
+    ("printf '%s' -i{{ v }}", b"-i", b""),
+    ("printf '%s' {{ v }}; true", b"", b""),
+    ("true && printf '%s' {{ v }} | cat", b"", b""),
+    ("if true; then printf '%s' {{ v }}; fi", b"", b""),
+    ("A={{ v }} printf '%s' {{ v }}>&1", b"", b""),
+    ("printf '%s' x{{ v }}:{{ v }}y", None, None),  # two copies: checked separately
+    ("sh -c 'printf %s \"$1\"' _ {{ v }}", b"", b""),  # the safe way to hand a value to sh -c
+]
+
+REJECTED_SHAPES = [
+    "printf '%s' \"{{ v }}\"",
+    "printf '%s' \"GPU {{ v }} busy\"",
+    "printf '%s' '{{v}}'",
+    "printf '%s' $(printf '%s' {{ v }})",
+    "printf '%s' `printf '%s' {{ v }}`",
+    "printf '%s' ${{ v }}",
+    "printf '%s' \\{{ v }}",
+    "printf '%s' \"x\"{{ v }}",
+    "printf '%s' {{ v }}'x'",
+    "printf '%s' ${X:-{{ v }}}",
+    "true # {{ v }}",
+    "{{ v }} --version",
+    "true | {{ v }}",
+    "cat <<EOF\n{{ v }}\nEOF",
+    "eval printf %s {{ v }}",
+    "sh -c {{ v }}",
+    "sudo -n sh -ec {{ v }}",
+    "ssh host printf %s {{ v }}",
+    # found by test_any_template_the_loader_accepts_runs_no_value:
+    "true\n``eval {{ v }}",  # an empty substitution before eval
+    "sh -c -eval {{ v }}",  # options after -c: the script is the first operand
+    'e"v"al printf %s {{ v }}',
+    "$CMD printf %s {{ v }}",
+]
+
+PAYLOADS = [
+    "$(touch canary)",
+    "`touch canary`",
+    "'; touch canary; '",
+    '"; touch canary; "',
+    "x\ntouch canary\n",
+    "a'$(touch canary)'b",
+    "\\'; touch canary #",
+    "${IFS}touch${IFS}canary",
+    "$'\\x27'; touch canary",
+    "`; touch canary; `",
+    "x; touch canary",
+    "\\'\"; touch canary; #",  # through bash's $'...'
+]
+
+_no_nul_bytes = st.binary(max_size=40).map(lambda b: b.replace(b"\0", b""))
+_shellish = st.lists(
+    st.sampled_from([*"'\"`$()\\;|&<>{}*?[]~#!\n\t =-", "touch canary", "é", "\x1b]"]),
+    max_size=12,
+).map("".join)
+VALUES = st.one_of(
+    _no_nul_bytes.map(lambda b: b.decode("utf-8", "surrogateescape")),
+    _shellish,
+    st.sampled_from(PAYLOADS),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+        max_size=20,
+    ),
+)
+
+
+SHELLS = [b"sh"] + ([b"bash"] if shutil.which("bash") else [])
+
+
+def _sh(command: str, folder: str, shell: bytes = b"sh") -> bytes:
+    """What ``sh -c COMMAND`` prints, run as a list argv (no shell in between)."""
+    argv = [shell, b"-c", command.encode("utf-8", "surrogateescape")]
+    done = subprocess.run(argv, cwd=folder, capture_output=True, timeout=10, check=False)
+    return done.stdout
+
+
+def _render(template: str, value: str) -> str:
+    return Template(template).render(lambda name: value)
+
+
+@pytest.mark.parametrize("shape", [s for s, _, _ in ALLOWED_SHAPES])
+def test_allowed_shapes_pass_the_load_time_check(shape):
+    assert shell_problems(shape) == []
+
+
+@pytest.mark.parametrize("shape", REJECTED_SHAPES)
+def test_rejected_shapes_fail_the_load_time_check(shape):
+    assert shell_problems(shape), shape
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=VALUES, shape=st.sampled_from(ALLOWED_SHAPES))
+def test_any_value_arrives_byte_exact_and_nothing_runs(value, shape):
+    template, before, after = shape
+    with tempfile.TemporaryDirectory() as folder:
+        command = _render(template, value)
+        raw = value.encode("utf-8", "surrogateescape")
+        expected = b"x" + raw + b":" + raw + b"y" if before is None else before + raw + after
+        for shell in SHELLS:
+            assert _sh(command, folder, shell) == expected
+            # as a root step is sent to a non-root login: sudo -n sh -c QUOTED
+            assert _sh(f"sh -c {quote(command)}", folder, shell) == expected
+        assert os.listdir(folder) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=VALUES)
+def test_a_name_the_host_printed_stays_one_argument(name):
+    """A GPU name from nvidia-smi's own output goes through the same quoting."""
+    safe = name.replace(",", " ").replace("\n", " ").replace("\r", " ")
+    output = f"index, name, memory.used [MiB]\n0, {safe}, 100 MiB\n"
+    command = "nvidia-smi --query-gpu=index,name,memory.used --format=csv"
+    gpus = PARSERS["gpus"].parse(output, 0, command)
+    item = gpus[0]
+    assume(item.name)
+    template = Template("printf '%s' {{ item.name }}")
+    assert shell_problems(template.source) == []
+    rendered = template.render(lambda n: getattr(item, n[5:]))
+    with tempfile.TemporaryDirectory() as folder:
+        assert _sh(rendered, folder) == (item.name or "").encode("utf-8", "surrogateescape")
+        assert os.listdir(folder) == []
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "printf '%s' \"GPU {{ v }}\"",
+        "printf '%s' '{{ v }}'",
+        "printf '%s' `printf %s {{ v }}`",
+        "true # {{ v }}",
+        "printf '%s' ${{ v }}",
+        "eval printf %s {{ v }}",
+        "sh -c {{ v }}",
+    ],
+)
+def test_rejected_shapes_would_have_run_the_value(shape, tmp_path: Path):
+    """Why they are rejected: with each, some value runs a command on the host."""
+    payloads = [*PAYLOADS, "x\ntouch canary #", "`touch canary`x"]
+    ran = False
+    for payload in payloads:
+        for shell in SHELLS:
+            _sh(_render(shape, payload), str(tmp_path), shell)
+        ran = ran or (tmp_path / "canary").exists()
+    assert ran, f"no payload ran through {shape!r}"
+    assert shell_problems(shape)
+
+
+def test_validate_rejects_a_quoted_placeholder_with_its_position(tmp_path, capsys):
+    from runbook_runner.cli import main
+
+    runbook = tmp_path / "quoted.yaml"
+    runbook.write_text(
+        "name: quoted\ntitle: t\nsummary: s\n"
+        "observations:\n  gpus: {command: 'nvidia-smi --query-gpu=index,name --format=csv', "
+        "parser: gpus}\n"
+        "checks:\n  c: {description: d, every: gpus, expect: index >= 0}\n"
+        "goal: [c]\nsteps:\n  - id: s\n    title: s\n"
+        '    run: echo "GPU {{ item.name }}"\n    for_each_failing: c\n'
+    )
+    assert main(["validate", str(runbook)]) == 2
+    out = capsys.readouterr().out
+    assert "quoted.yaml:12:20: steps[0].run: placeholder inside double quotes" in out
+    assert "outside any quotes" in out
+
+
+_FRAGMENTS = [
+    "printf '%s' ",
+    "echo ",
+    "true ",
+    "eval ",
+    "sh -c ",
+    "cat <<E\n",
+    "\nE\n",
+    "{{ v }}",
+    "{{ v }}",
+    "{{ v }}",
+    " ",
+    "'",
+    '"',
+    "$(",
+    ")",
+    "(",
+    "`",
+    "\\",
+    "#",
+    "\n",
+    "; ",
+    " | ",
+    " && ",
+    "x",
+    "=",
+    "-",
+    "${",
+    "}",
+    "$",
+    "A=",
+    " _ ",
+    '"$1" ',
+]
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    command=st.sampled_from(_FRAGMENTS[:5]),
+    parts=st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=8),
+)
+def test_any_template_the_loader_accepts_runs_no_value(command, parts):
+    """Random shell text with placeholders: whatever passes the load-time check, no value
+    (of the payloads that break out of a wrong context) makes the shell run a command."""
+    template = command + "".join(parts)
+    assume("{{ v }}" in template and not shell_problems(template))
+    with tempfile.TemporaryDirectory() as folder:
+        for payload in PAYLOADS:
+            command = _render(template, payload)
+            for shell in SHELLS:
+                subprocess.run(
+                    [shell, b"-c", command.encode()],
+                    cwd=folder,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
+            assert "canary" not in os.listdir(folder), (template, payload)
