@@ -65,6 +65,7 @@ class Observation:
     timeout: float = 30.0
     root: bool = False
     text: Template | None = None
+    ok_exit: tuple[int, ...] = (0,)  # statuses whose output is data; others: cannot tell
 
     @property
     def source(self) -> str:
@@ -91,6 +92,8 @@ class Check:
     where: Expression | None = None
     hint: str = ""
     explain: Interpolated | None = None  # replaces the generic message
+    empty_ok: bool = False  # an empty list is the expected state (else: cannot tell)
+    within: Within | None = None  # only the items that match an item failing another check
 
     @property
     def over(self) -> str | None:
@@ -108,6 +111,14 @@ class Check:
         return used
 
 
+@dataclass(frozen=True)
+class Within:
+    """Scope a check to the items whose ``match`` field equals that of an item failing ``failing``."""
+
+    failing: str
+    match: str
+
+
 Seconds = float | Expression  # a number, or an expression over parameters
 
 
@@ -116,6 +127,8 @@ class Wait:
     until: tuple[str, ...]
     timeout: Seconds
     interval: Seconds = 5.0
+    settle: Seconds | None = None  # no change for this long (and nothing_left holds): stop
+    nothing_left: tuple[str, ...] = ()  # checks that hold when nothing can release the memory
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,8 @@ class Step:
     for_each_failing: str | None = None
     on_failure: str = "stop"
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
+    fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
+    when: Expression | None = None  # must be true (NAME.condition reads typed failures)
 
 
 BLAST_RADIUS = ("none", "process", "service", "gpu", "node")
@@ -169,7 +184,15 @@ class Runbook:
     def observations_of(self, check_names: Iterable[str]) -> list[str]:
         """The observations the checks read, directly or through ``let`` names, in order."""
         seen: set[str] = set()
-        pending = [n for check in check_names for n in sorted(self.checks[check].names())]
+        checks, queue = [], list(check_names)
+        while queue:  # a check scoped 'within' another reads that one's observations too
+            name = queue.pop()
+            if name not in checks:
+                checks.append(name)
+                within = self.checks[name].within
+                if within is not None:
+                    queue.append(within.failing)
+        pending = [n for check in checks for n in sorted(self.checks[check].names())]
         while pending:
             name = pending.pop()
             if name in seen:
@@ -281,6 +304,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             description=spec.get("description", ""),
             timeout=spec.get("timeout", 30.0),
             root=spec.get("root", False),
+            ok_exit=tuple(spec.get("ok_exit", (0,))),
         )
         for name, spec in data["observations"].items()
     }
@@ -294,6 +318,10 @@ def _build(data: dict[str, Any]) -> Runbook:
             where=_expression(spec.get("where")),
             hint=" ".join(spec.get("hint", "").split()),
             explain=Interpolated.parse(spec["explain"]) if "explain" in spec else None,
+            empty_ok=spec.get("empty") == "ok",
+            within=Within(spec["within"]["failing"], spec["within"]["match"])
+            if "within" in spec
+            else None,
         )
         for name, spec in data["checks"].items()
     }
@@ -313,12 +341,16 @@ def _build(data: dict[str, Any]) -> Runbook:
                 until=expand(_checks_ref(spec["wait"]["until"])),
                 timeout=_seconds(spec["wait"]["timeout"]),
                 interval=_seconds(spec["wait"].get("interval", 5.0)),
+                settle=_seconds(spec["wait"]["settle"]) if "settle" in spec["wait"] else None,
+                nothing_left=expand(_checks_ref(spec["wait"].get("nothing_left"))),
             )
             if "wait" in spec
             else None,
             for_each_failing=spec.get("for_each_failing"),
             on_failure=spec.get("on_failure", "stop"),
             reboots=spec.get("reboots", False),
+            fixes=expand(_checks_ref(spec.get("fixes"))),
+            when=_expression(spec.get("when")),
         )
         for spec in data.get("steps") or ()
     )

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe import free, nvidia_smi, ps, sglang
+from runbook_runner.observe import free, fuser, nvidia_smi, nvidia_smi_q, ps, sglang
 from runbook_runner.observe.state import (
+    DeviceHolder,
     Gpu,
     GpuProcess,
     HostProcess,
@@ -40,6 +41,14 @@ def _gpu_processes(text: str, status: int, command: str) -> Any:
     return nvidia_smi.parse_compute_apps(text, query.fields if query else None, status)
 
 
+def _gpus_detail(text: str, status: int, command: str) -> Any:
+    return nvidia_smi_q.parse_query(text, status)
+
+
+def _holders(text: str, status: int, command: str) -> Any:
+    return fuser.parse_fuser(text)
+
+
 def _free(text: str, status: int, command: str) -> Any:
     return free.parse_free(text, free.units_from_command(command))
 
@@ -64,6 +73,12 @@ PARSERS: dict[str, Parser] = {
         _gpu_processes,
         "nvidia-smi --query-compute-apps=... --format=csv",
         "nvidia-smi",
+    ),
+    "gpus-detail": Parser(
+        Gpu, True, _gpus_detail, "nvidia-smi -q (adds each GPU's minor number)", "nvidia-smi"
+    ),
+    "device-holders": Parser(
+        DeviceHolder, True, _holders, "fuser -v /dev/nvidia* 2>&1 (ok_exit: [0, 1])", "fuser"
     ),
     "free": Parser(
         Memory, False, _free, "free (procps-ng, procps, BusyBox), any unit flag", "free"
