@@ -162,6 +162,8 @@ def _execute_run(
                 ok=report is not None and report.ok,
                 reached_by=report.reached_by if report is not None else None,
                 declined=report.declined if report is not None else None,
+                stopped_by=_stopped_by(report, confirmer),
+                blocked=report.blocked.message if report is not None and report.blocked else None,
                 interrupted=report is None,
             )
             journal.close()
@@ -180,7 +182,9 @@ def _execute_run(
             "steps": [r.to_json() for r in report.steps],
         }
         print(json.dumps(document, indent=2))
-    if report.declined:
+    if report.blocked is not None:
+        code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
+    elif report.declined:
         # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
         code = ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
     elif args.dry_run:
@@ -188,6 +192,15 @@ def _execute_run(
     else:
         code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
     return code, report
+
+
+def _stopped_by(report: RunReport | None, confirmer: console.Confirmer) -> str | None:
+    """Who or what stopped a run before its end: 'operator', 'needs --allow-reboot', ..."""
+    if report is None or not report.declined:
+        return None
+    declined = next((r for r in report.steps if r.status == "declined"), None)
+    reason = declined.message if declined is not None else ""
+    return "operator" if reason.startswith("declined by") else reason or "operator"
 
 
 def _lock_owner(run_id: str) -> dict[str, Any]:

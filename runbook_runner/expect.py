@@ -358,6 +358,24 @@ def explained(check: Check, context: _Context) -> str | None:
     return f"{context.item.describe()}: {text}" if context.item is not None else text
 
 
+def evaluate_when(
+    expression: Expression, runbook: Runbook, state: State, params: Mapping[str, Any]
+) -> bool | str:
+    """A step's ``when``: true or false, or the reason it cannot be told (a string)."""
+    context = _Context(runbook, state, params)
+    try:
+        value = expr.evaluate(expression.tree, context.resolve)
+    except _Unavailable as missing:
+        return missing.reason
+    except expr.MissingValue as missing:
+        return f"{missing.name} not reported by {context.tool(missing.name)}"
+    except expr.EvalError as error:
+        return f"cannot evaluate: {error}"
+    if not isinstance(value, bool):
+        return f"{expression.source} is not a condition"
+    return value
+
+
 def evaluate_checks(
     names: Iterable[str], runbook: Runbook, state: State, params: Mapping[str, Any]
 ) -> list[CheckResult]:

@@ -130,8 +130,21 @@ def summary(path: Path) -> dict[str, Any]:
         "runbook": start.get("runbook", "?"),
         "host": start.get("host", "?"),
         "operator": start.get("operator", "?"),
-        "result": ("ok" if end.get("ok") else "goal not reached") if end else "did not finish",
+        "result": _result(end) if end else "did not finish",
     }
+
+
+def _result(end: dict[str, Any]) -> str:
+    """A run's outcome in words: a run the operator stopped is 'stopped', not 'goal not reached'."""
+    if end.get("ok"):
+        return "ok"
+    if end.get("blocked"):
+        return "stopped: cannot tell"
+    if end.get("stopped_by") == "operator" or (end.get("declined") and not end.get("stopped_by")):
+        return "stopped by the operator"
+    if end.get("declined"):
+        return f"stopped: {end.get('stopped_by')}"
+    return "goal not reached"
 
 
 def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
@@ -156,7 +169,9 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                 (
                     t,
                     str(event.get("step")),
-                    f"{event.get('operator')} answered {event.get('answer')}",
+                    f"{event.get('operator')} answered {event.get('answer')}"
+                    if event.get("answer") != "not asked"
+                    else f"not asked: {event.get('reason')}",
                 )
             )
         elif kind == "step-end":
@@ -172,6 +187,6 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             rows.append((t, str(event.get("from_step")), "run resumed"))
         elif kind == "run-end":
             reached = event.get("reached_by")
-            result = f"goal holds (reached by {reached})" if event.get("ok") else "goal not reached"
+            result = f"goal holds (reached by {reached})" if event.get("ok") else _result(event)
             rows.append((t, "-", f"run ended: {result}"))
     return rows

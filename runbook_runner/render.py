@@ -152,8 +152,9 @@ def runbook_details(runbook: Runbook) -> str:
 
 
 def _first_of(runbook: Runbook, state: Mapping[str, Any], parser: str) -> Any:
+    parsers = {"gpus", "gpus-detail"} if parser == "gpus" else {parser}
     for name, observation in runbook.observations.items():
-        if observation.parser == parser and name in state:
+        if observation.parser in parsers and name in state:
             return state[name]
     return None
 
@@ -220,6 +221,7 @@ _STATUS_STYLE = {
     "declined": ("declined", "yellow"),
     "planned": ("planned", "cyan"),
     "unknown": ("UNKNOWN", "yellow"),
+    "blocked": ("BLOCKED", "yellow"),
 }
 
 
@@ -231,7 +233,10 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
 
 def wait_line(event: Waiting, width: int = 120) -> str:
     failing = "; ".join(r.message for r in event.failing)
-    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s: {failing}"
+    trend = (
+        f"unchanged for {event.unchanged_s:.0f} s" if event.unchanged_s >= 1 else "changing"
+    )
+    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s ({trend}): {failing}"
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

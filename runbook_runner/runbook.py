@@ -19,7 +19,7 @@ from typing import Any
 from runbook_runner import expr, schema, yamlsource
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.observe import PARSERS
-from runbook_runner.semantics import check_meaning
+from runbook_runner.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Problem
 
@@ -170,6 +170,7 @@ class Runbook:
     tags: tuple[str, ...] = ()
     path: str = ""
     sha256: str = ""
+    warnings: tuple[str, ...] = ()  # FILE:LINE:COL: lines validate prints (blast radius)
 
     @property
     def destructive(self) -> bool:
@@ -193,6 +194,19 @@ class Runbook:
                 if within is not None:
                     queue.append(within.failing)
         pending = [n for check in checks for n in sorted(self.checks[check].names())]
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in self.let:
+                pending += [n.path.split(".")[0] for n in expr.names(self.let[name].tree)]
+        return [name for name in self.observations if name in seen]
+
+    def observations_read_by(self, expression: Expression) -> list[str]:
+        """The observations an expression reads, directly or through ``let`` names."""
+        seen: set[str] = set()
+        pending = [n.path.split(".")[0] for n in expr.names(expression.tree)]
         while pending:
             name = pending.pop()
             if name in seen:
@@ -246,6 +260,8 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)
+    warnings = tuple(p.format(filename) for p in sorted(blast_radius_warnings(source)))
+    runbook = replace(runbook, warnings=warnings)
     return _with_origin(runbook, filename, hashlib.sha256(raw).hexdigest())
 
 

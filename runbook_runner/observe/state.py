@@ -54,6 +54,9 @@ class GpuProcess:
     def describe(self) -> str:
         return f"process {self.pid} ({self.process_name or '?'})"
 
+    def target(self) -> str:
+        return f"PID {self.pid} ({self.process_name or '?'}) on GPU {self.gpu_bus_id or self.gpu_uuid or '?'}"
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -84,6 +87,9 @@ class HostProcess:
 
     def describe(self) -> str:
         return f"process {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]})"
+
+    def target(self) -> str:
+        return f"PID {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]})"
 
 
 @dataclass(frozen=True)
