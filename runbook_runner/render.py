@@ -233,10 +233,8 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
 
 def wait_line(event: Waiting, width: int = 120) -> str:
     failing = "; ".join(r.message for r in event.failing)
-    trend = (
-        f"unchanged for {event.unchanged_s:.0f} s" if event.unchanged_s >= 1 else "changing"
-    )
-    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s ({trend}): {failing}"
+    trend = f" (unchanged for {event.unchanged_s:.0f} s)" if event.unchanged_s >= 1 else ""
+    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s{trend}: {failing}"
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
