@@ -246,7 +246,12 @@ def _within(
     if other.cannot_tell:
         raise _Unavailable(f"which items fail {other.name} cannot be told: {other.found}")
     field = check.within.match
-    keys = {getattr(item, field) for item in other.failing} - {None}
+    unmatched = [item.describe() for item in other.failing if getattr(item, field) is None]
+    if unmatched:
+        raise _Unavailable(
+            f"{', '.join(unmatched)}: no {field} reported, so its items cannot be matched"
+        )
+    keys = {getattr(item, field) for item in other.failing}
     return tuple(item for item in items if getattr(item, field) in keys)
 
 

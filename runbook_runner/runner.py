@@ -305,7 +305,7 @@ class Runner:
             if isinstance(value, str):
                 return blocked(None, f"when {step.when.source}: {value}")
             if not value:
-                return skip(f"when {step.when.source!r} is false")
+                return skip(f"when is false: {step.when.source}")
         if step.fixes:
             _, fixing = self.check(step.fixes)
             verdict = outcome(fixing)

@@ -76,6 +76,7 @@ class SimHost:
     driver_version: str = "590.48.01"
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
+    missing_commands: list[str] = field(default_factory=list)  # answer 127, as if not installed
 
     # -- rules -------------------------------------------------------------------
 
