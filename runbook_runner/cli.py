@@ -106,9 +106,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"{runbook.path}: ok ({_plural(len(runbook.steps), 'step')})")
     if invalid:
-        _err(
-            f"{invalid} of {_plural(len(targets), 'runbook')} invalid, {_plural(errors, 'error')}"
-        )
+        _err(f"{invalid} of {_plural(len(targets), 'runbook')} invalid, {_plural(errors, 'error')}")
         return ExitCode.BAD_INPUT
     _err(f"{len(targets)} runbook{'s' if len(targets) != 1 else ''} valid")
     return ExitCode.OK

@@ -116,8 +116,10 @@ class Confirmer:
             )
         )
         if request.targets:
-            self.out.line(f"    acts on {len(request.targets)} observed item"
-                          f"{'s' if len(request.targets) != 1 else ''}:")
+            self.out.line(
+                f"    acts on {len(request.targets)} observed item"
+                f"{'s' if len(request.targets) != 1 else ''}:"
+            )
             for target in request.targets:
                 self.out.line(f"      - {target}")
         for command in request.commands:

@@ -117,7 +117,9 @@ class Answer:
     """A confirmer's answer; ``reason`` says truthfully why a step does not run."""
 
     yes: bool
-    reason: str = ""  # "declined by alice", "needs --allow-reboot", "no terminal to ask (use --yes)"
+    reason: str = (
+        ""  # "declined by alice", "needs --allow-reboot", "no terminal to ask (use --yes)"
+    )
     asked: bool = True  # False: nobody was asked (no terminal, or --allow-reboot missing)
 
 

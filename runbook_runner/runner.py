@@ -287,12 +287,18 @@ class Runner:
         """
 
         def skip(message: str, holds: bool = False) -> StepRecord:
-            return StepRecord(step.id, "skipped", 0.0, 0.0, message=message, skipped_because_holds=holds)
+            return StepRecord(
+                step.id, "skipped", 0.0, 0.0, message=message, skipped_because_holds=holds
+            )
 
         def blocked(results: list[CheckResult] | None, reason: str = "") -> StepRecord:
             told = reason or "; ".join(r.message for r in results or () if r.cannot_tell)
             return StepRecord(
-                step.id, "blocked", 0.0, 0.0, message=f"blocked: cannot tell: {told}{self._how_to_fix()}"
+                step.id,
+                "blocked",
+                0.0,
+                0.0,
+                message=f"blocked: cannot tell: {told}{self._how_to_fix()}",
             )
 
         if step.skip_if:
@@ -326,7 +332,9 @@ class Runner:
 
     def _how_to_fix(self) -> str:
         unavailable = [
-            (name, value) for name, value in self._last_state.items() if isinstance(value, Unavailable)
+            (name, value)
+            for name, value in self._last_state.items()
+            if isinstance(value, Unavailable)
         ]
         if not unavailable:
             return ""

@@ -17,12 +17,25 @@ from runbook_runner.observe.state import field_kinds, field_names
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
 
-_PARAMETER_KINDS = {"integer": "number", "number": "number", "string": "string", "boolean": "boolean"}
+_PARAMETER_KINDS = {
+    "integer": "number",
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+}
 _NUMERIC_FUNCTIONS = {"min", "max", "abs", "round", "floor", "gib", "gb"}
 # Commands whose reach is wider than a process: (pattern, the least 'affects' they need, why).
 _WIDE_COMMANDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"/dev/nvidia(\*|ctl|-uvm)"), "node", "/dev/nvidiactl and /dev/nvidia-uvm are held by every CUDA process of the node"),
-    (re.compile(r"\b(rmmod|modprobe|reboot|shutdown)\b"), "node", "a driver reload or a reboot reaches every GPU"),
+    (
+        re.compile(r"/dev/nvidia(\*|ctl|-uvm)"),
+        "node",
+        "/dev/nvidiactl and /dev/nvidia-uvm are held by every CUDA process of the node",
+    ),
+    (
+        re.compile(r"\b(rmmod|modprobe|reboot|shutdown)\b"),
+        "node",
+        "a driver reload or a reboot reaches every GPU",
+    ),
     (re.compile(r"--gpu-reset(?!.*-i)"), "node", "a reset without -i resets every GPU"),
     (re.compile(r"\b(killall|pkill)\b"), "process", ""),
     (re.compile(r"\bsystemctl\s+(stop|restart|kill)\b"), "service", "it stops a service"),
@@ -193,7 +206,9 @@ class _Semantics:
         other = self.checks.get(other_name)
         if other_name == name or not isinstance(other, dict):
             known = [c for c in self.checks if c != name]
-            self.error((*path, "failing"), f"unknown check {other_name!r}{_suggest(other_name, known)}")
+            self.error(
+                (*path, "failing"), f"unknown check {other_name!r}{_suggest(other_name, known)}"
+            )
             return
         over = other.get("every", other.get("none"))
         if "within" in other or not isinstance(over, str) or over not in self.observations:

@@ -100,7 +100,8 @@ def test_a_dry_run_shows_blocked_not_planned_and_does_not_exit_0(gpu_host, capsy
     assert code == ExitCode.CANNOT_TELL
     for rung in ("stop-gpu-services", "reset-gpus", "reload-driver", "reboot"):
         line = next(ln for ln in out.splitlines() if re.search(rf"\] {rung} ", ln))
-        assert "BLOCKED" in line and "blocked: cannot tell" in line, line
+        assert "BLOCKED" in line, line
+        assert "blocked: cannot tell" in line, line
     assert not re.search(r"would run: \$ (kill|systemctl stop|nvidia-smi --gpu-reset|reboot)", out)
 
 
@@ -144,7 +145,8 @@ def test_a_host_ram_only_failure_runs_no_gpu_rung(gpu_host, capsys, run_journals
     # The one rung that could help (a reboot frees leaked memory) says truthfully why it did not run.
     assert ends["reboot"]["message"] == "needs --allow-reboot"
     (asked,) = [e for e in journal_events(run_journals_in_tmp) if e["event"] == "confirmation"]
-    assert asked["answer"] == "not asked" and asked["reason"] == "needs --allow-reboot"
+    assert asked["answer"] == "not asked"
+    assert asked["reason"] == "needs --allow-reboot"
 
 
 def test_a_pattern_that_matches_nothing_never_sigkills_before_sigterm(gpu_host, capsys):
@@ -288,8 +290,16 @@ def test_the_prompt_lists_the_exact_pids_it_will_signal(gpu_host):
     pattern = rf"server_pattern=sglang\.launch_server .*--port {gpu_host.port}( |$)"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "runbook_runner", "run", RECOVERY, *gpu_host.cli_args()]
-            + ["--set", pattern],
+            [
+                sys.executable,
+                "-m",
+                "runbook_runner",
+                "run",
+                RECOVERY,
+                *gpu_host.cli_args(),
+                "--set",
+                pattern,
+            ],
             stdin=terminal,
             capture_output=True,
             text=True,

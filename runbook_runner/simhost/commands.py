@@ -191,7 +191,10 @@ def pgrep(env: Env, args: list[str]) -> int:
 
 def _device_files(host: SimHost, args: list[str]) -> list[str]:
     """The device files named (a glob the shell did not expand means all of them)."""
-    every = [f"/dev/nvidia{g.minor_number}" for g in host.gpus] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    every = [f"/dev/nvidia{g.minor_number}" for g in host.gpus] + [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+    ]
     named = [a for a in args if a.startswith("/dev/")]
     if not named or "/dev/nvidia*" in named:
         return every
@@ -233,11 +236,13 @@ def fuser(env: Env, args: list[str]) -> int:
         env.out(" ".join(str(pid) for pid in pids) + "\n")
     if "-k" in args:
         processes = list({id(p): p for _, p, _ in table if p is not None}.values())
-        _send(env, processes, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL))
-        for _, _, name in table:
-            service = host.service(name) if name else None
-            if service is not None:
-                service.active = False  # fuser -k takes the persistence daemon down too
+        _send(
+            env, processes, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL)
+        )
+        for _, _, unit in table:
+            held_by = host.service(unit) if unit else None
+            if held_by is not None:
+                held_by.active = False  # fuser -k takes the persistence daemon down too
     return 0
 
 
