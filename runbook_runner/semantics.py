@@ -268,7 +268,7 @@ class _Semantics:
         for offset, message in typing.problems:
             self.error(path, message, base + offset)
         if want is not None and kind is not None and kind != want and not typing.problems:
-            self.error(path, f"{text.strip()!r} is a {kind}, not a condition (true or false)", base)
+            self.error(path, f"{text.strip()} is a {kind}, not a condition (true or false)", base)
         return kind
 
     def aggregate_problem(self, name: str) -> str | None:
@@ -515,7 +515,7 @@ class _Types:
 
     def need(self, node: expr.Node, kind: str | None, wanted: str, what: str) -> None:
         if kind is not None and kind != wanted and kind != "any":
-            self.problem(node, f"{what} needs a {wanted}, but {self.text(node)!r} is a {kind}")
+            self.problem(node, f"{what} needs a {wanted}, but {self.text(node)} is a {kind}")
 
     def kind(self, node: expr.Node) -> str | None:
         if isinstance(node, expr.Literal):
@@ -543,8 +543,8 @@ class _Types:
                 if len(known) == 2:
                     self.problem(
                         node,
-                        f"cannot compare {self.text(node.left)!r} (a {left}) with "
-                        f"{self.text(node.right)!r} (a {right})",
+                        f"cannot compare {self.text(node.left)} (a {left}) with "
+                        f"{self.text(node.right)} (a {right})",
                     )
                 return "boolean"
             self.need(node.left, left, "number", f"'{node.op}'")
