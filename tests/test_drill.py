@@ -106,6 +106,13 @@ def test_stuck_d_state_with_allow_reboot_reboots_and_comes_back(capsys):
     assert [g["memory_used_mib"] for g in document["state"]["gpus"]] == [3] * 8
 
 
+def test_a_host_ram_leak_runs_no_gpu_rung(capsys):
+    code, out, _ = drill(capsys, "--scenario", "host-ram-leak", "--yes")
+    assert code == ExitCode.GOAL_NOT_MET
+    assert changes(out) == ["nothing"]
+    assert "reboot                   declined  (needs --allow-reboot)" in out
+
+
 def test_unknown_scenario_is_bad_input(capsys):
     code, _, err = drill(capsys, "--scenario", "meteor-strike")
     assert code == ExitCode.BAD_INPUT
