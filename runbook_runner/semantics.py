@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from runbook_runner import expr
-from runbook_runner.observe import PARSERS
+from runbook_runner.observe import CONDITIONS, PARSERS
 from runbook_runner.observe.state import field_kinds, field_names
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
@@ -539,6 +539,7 @@ class _Types:
                 self.need(node.right, right, "boolean", f"'{node.op}'")
                 return "boolean"
             if node.op in {"==", "!=", "<", "<=", ">", ">="}:
+                self.condition_names(node)
                 known = {left, right} - {None, "any"}
                 if len(known) == 2:
                     self.problem(
@@ -553,6 +554,22 @@ class _Types:
         if isinstance(node, expr.Call):
             return self.call(node)
         return None
+
+    def condition_names(self, node: expr.Binary) -> None:
+        """``gpus.condition == 'gpu-lots'`` is a typo: name the conditions there are."""
+        for name, other in ((node.left, node.right), (node.right, node.left)):
+            if (
+                isinstance(name, expr.Name)
+                and name.path.endswith(".condition")
+                and isinstance(other, expr.Literal)
+                and isinstance(other.value, str)
+                and other.value not in CONDITIONS
+            ):
+                self.problem(
+                    other,
+                    f"no observation condition is called {other.value!r}"
+                    + _suggest(other.value, list(CONDITIONS)),
+                )
 
     def call(self, node: expr.Call) -> str | None:
         function = node.function
