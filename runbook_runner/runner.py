@@ -192,7 +192,7 @@ class Runner:
             elif report.reached_by is None and skipped_for_goal and last_executed:
                 # A rung skipped because the goal holds: the rung before it did the work.
                 report.reached_by = last_executed
-            if record.status not in {"skipped", "planned"}:
+            if record.status not in {"skipped", "planned", "blocked"}:
                 last_executed = step.id
             if record.status in {"failed", "timed_out", "unknown"} and step.on_failure == "stop":
                 break
