@@ -91,6 +91,10 @@ def _validation_targets(args: argparse.Namespace) -> list[Path]:
     return targets
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     targets = _validation_targets(args)
     if not targets:
@@ -106,6 +110,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in error.lines:
                 print(visible(line, lines=False))
             continue
+        for warning in runbook.warnings:
+            print(warning)
         if not args.quiet:
             print(f"{runbook.path}: ok ({render.plural(len(runbook.steps), 'step')})")
     if invalid:
@@ -277,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the plan and every command; run only observations",
+        help="print the plan and every command; run only observations (exit 6 when a "
+        "destructive step is blocked because what it acts on cannot be observed)",
     )
     _add_consent_options(run)
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")

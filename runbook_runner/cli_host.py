@@ -168,9 +168,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         observed = Runner(runbook, params, transport).check_goal("now")
     ok = all(r.ok for r in observed.results)
     console.report_state(out, runbook, observed, "State:")
-    out.line(
-        out.style("goal holds", "green") if ok else out.style("goal does NOT hold", "red", "bold")
-    )
+    if ok:
+        out.line(out.style("goal holds", "green"))
+    elif any(not r.ok and not r.cannot_tell for r in observed.results):
+        out.line(out.style("goal does NOT hold", "red", "bold"))
+    else:
+        out.line(out.style("cannot tell whether the goal holds: see ???? above", "yellow", "bold"))
     if args.json:
         document = {
             "runbook": runbook.name,
@@ -181,7 +184,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             "checks": [r.to_json() for r in observed.results],
         }
         print(json.dumps(document, indent=2))
-    return ExitCode.OK if ok else ExitCode.GOAL_NOT_MET
+    if ok:
+        return ExitCode.OK
+    failing = any(not r.ok and not r.cannot_tell for r in observed.results)
+    return ExitCode.GOAL_NOT_MET if failing else ExitCode.CANNOT_TELL
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -286,6 +292,8 @@ def _execute_run(
                 reached_by=report.reached_by if report is not None else None,
                 declined=report.declined if report is not None else None,
                 interrupted=outcome == "interrupted",
+                stopped_by=_stopped_by(report, confirmer),
+                blocked=report.blocked.message if report is not None and report.blocked else None,
                 **extra,
             )
             journal.close()
@@ -304,7 +312,9 @@ def _execute_run(
             "steps": [r.to_json() for r in report.steps],
         }
         print(json.dumps(document, indent=2))
-    if report.declined:
+    if report.blocked is not None:
+        code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
+    elif report.declined:
         # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
         code = ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
     elif args.dry_run:
@@ -336,6 +346,15 @@ def _signals_raise_interrupted() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def _stopped_by(report: RunReport | None, confirmer: console.Confirmer) -> str | None:
+    """Who or what stopped a run before its end: 'operator', 'needs --allow-reboot', ..."""
+    if report is None or not report.declined:
+        return None
+    declined = next((r for r in report.steps if r.status == "declined"), None)
+    reason = declined.message if declined is not None else ""
+    return "operator" if reason.startswith("declined by") else reason or "operator"
 
 
 def _lock_owner(run_id: str) -> dict[str, Any]:

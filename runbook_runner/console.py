@@ -18,7 +18,7 @@ from runbook_runner.runbook import Runbook
 from runbook_runner.safetext import visible_styled
 
 if TYPE_CHECKING:
-    from runbook_runner.events import ConfirmRequest, Event, RunReport
+    from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
 
 OUTPUT_LINES = 25  # of each command's output, shown under its step
 
@@ -79,7 +79,7 @@ class Confirmer:
         args: argparse.Namespace,
         out: Output,
         host: str,
-        record: Callable[[ConfirmRequest, bool, str], None] = lambda request, answer, who: None,
+        record: Callable[..., None] = lambda request, answer, who, **why: None,
     ) -> None:
         self.yes, self.out, self.host = args.yes, out, host
         self.record = record
@@ -87,17 +87,19 @@ class Confirmer:
         self.refusal: str | None = None
         self.reboot_blocked = False
 
-    def __call__(self, request: ConfirmRequest) -> bool:
+    def __call__(self, request: ConfirmRequest) -> Answer:
         answer = self._ask(request)
         who = getpass.getuser() + (
             " (--yes)"
-            if self.yes and answer and not request.step.reboots and not request.resend
+            if self.yes and answer.yes and not request.step.reboots and not request.resend
             else ""
         )
-        self.record(request, answer, who)
+        self.record(request, answer.yes, who, reason=answer.reason, asked=answer.asked)
         return answer
 
-    def _ask(self, request: ConfirmRequest) -> bool:
+    def _ask(self, request: ConfirmRequest) -> Answer:
+        from runbook_runner.events import Answer
+
         step = request.step
         if request.resend:
             # Sending a destructive command a second time is never covered by --yes.
@@ -111,22 +113,22 @@ class Confirmer:
             self.out.line("  Its command may already have run once. Send it again?")
         elif step.reboots:
             if self.allow_reboot:
-                return True
+                return Answer(True, "--allow-reboot", asked=False)
             if not stdin_is_terminal():
                 self.reboot_blocked = True
                 self.refusal = (
                     f"step {step.id!r} reboots the host, which needs --allow-reboot "
                     "(or a terminal to confirm it); not rebooting"
                 )
-                return False
+                return Answer(False, "needs --allow-reboot", asked=False)
         elif self.yes:
-            return True
+            return Answer(True, "--yes", asked=False)
         if not stdin_is_terminal():
             self.refusal = (
                 f"step {step.id!r} is destructive (affects {step.affects}) and needs a confirmation, "
                 "but stdin is not a terminal: re-run with --yes to allow it"
             )
-            return False
+            return Answer(False, "no terminal to ask (use --yes)", asked=False)
         self.out.line(
             self.out.style(
                 f"  {step.title}: DESTRUCTIVE, affects {step.affects}, on {self.host}",
@@ -134,6 +136,13 @@ class Confirmer:
                 "bold",
             )
         )
+        if request.targets:
+            self.out.line(
+                f"    acts on {len(request.targets)} observed item"
+                f"{'s' if len(request.targets) != 1 else ''}:"
+            )
+            for target in request.targets:
+                self.out.line(f"      - {target}")
         for command in request.commands:
             self.out.line(f"    $ {command}")
         try:
@@ -141,9 +150,9 @@ class Confirmer:
         except EOFError:
             answer = ""
         if answer.strip().lower() in {"y", "yes"}:
-            return True
+            return Answer(True, f"confirmed by {getpass.getuser()}")
         self.refusal = f"declined step {step.id!r}"
-        return False
+        return Answer(False, f"declined by {getpass.getuser()}")
 
 
 def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
@@ -170,6 +179,8 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
                 number = [s.id for s in runbook.steps].index(event.step.id) + 1
             out.line(render.step_line(event.record, number, total, out.style))
             if event.record.status == "planned":
+                for target in event.record.targets:
+                    out.line(f"        acts on: {target}")
                 for command in event.record.commands:
                     out.line(f"        would run: $ {command}")
             for result in event.record.results:
@@ -192,7 +203,15 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
         out.line(out.style("After:", "bold"))
         out.line(render.gpu_table(runbook, report.after.state))
         out.line(render.check_lines(report.after.results, runbook, out.style))
-    if report.declined and confirmer.reboot_blocked:
+    if report.blocked is not None:
+        out.line(
+            out.style(
+                f"stopped before step {report.blocked.id!r}: {report.blocked.message}",
+                "yellow",
+                "bold",
+            )
+        )
+    elif report.declined and confirmer.reboot_blocked:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
         step = next(r.id for r in report.steps if r.status == "declined")
         out.line(
@@ -226,9 +245,8 @@ def debrief(out: Output, report: RunReport | None, changes: list[str], simulated
     out.line(style("Debrief", "bold"))
     out.line("  Rungs:" if report.steps else "  Rungs: none ran")
     for record in report.steps:
-        note = (
-            f"  ({record.message})" if record.status in {"failed", "timed_out", "declined"} else ""
-        )
+        shown = {"failed", "timed_out", "declined", "blocked"}
+        note = f"  ({record.message})" if record.status in shown else ""
         out.line(f"    {record.id:<24} {record.status}{note}"[:160])
     out.line("  What changed on the host:")
     for change in changes or ["nothing"]:

@@ -34,6 +34,29 @@ class Waiting:
     failing: tuple[CheckResult, ...]
     elapsed_s: float
     timeout_s: float
+    unchanged_s: float = 0.0  # how long the failing figures have not moved
+
+
+@dataclass(frozen=True)
+class WaitEnd:
+    """Why a wait ended: 'reached', 'no-progress' (waiting cannot help) or 'deadline'."""
+
+    ended: str
+    reason: str  # one line: "reached after 12 s", "no progress for 30 s, nothing left: ..."
+    elapsed_s: float
+    figures: tuple[str, ...] = ()  # the last failing figures
+
+    @property
+    def reached(self) -> bool:
+        return self.ended == "reached"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ended": self.ended,
+            "reason": self.reason,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "figures": list(self.figures),
+        }
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,7 @@ class Reconnecting:
 @dataclass(frozen=True)
 class StepRecord:
     id: str
-    status: str  # ok, failed, skipped, timed_out, declined, planned, unknown
+    status: str  # ok, failed, skipped, timed_out, declined, planned, unknown, blocked
     started: float  # Unix time
     duration_s: float
     exit_status: int | None = None
@@ -54,9 +77,11 @@ class StepRecord:
     commands: tuple[str, ...] = ()
     results: tuple[CommandResult, ...] = ()
     skipped_because_holds: bool = False  # skip_if held (not merely nothing to act on)
+    wait: WaitEnd | None = None  # how the step's wait ended, if it waited
+    targets: tuple[str, ...] = ()  # the observed items it acted on (PIDs, GPUs)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "id": self.id,
             "status": self.status,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
@@ -64,6 +89,11 @@ class StepRecord:
             "exit_status": self.exit_status,
             "message": self.message,
         }
+        if self.wait is not None:
+            document["wait"] = self.wait.to_json()
+        if self.targets:
+            document["targets"] = list(self.targets)
+        return document
 
 
 @dataclass(frozen=True)
@@ -79,9 +109,21 @@ Event = Observed | StepStarting | Waiting | Reconnecting | StepDone
 class ConfirmRequest:
     step: Step
     commands: tuple[str, ...]
+    targets: tuple[str, ...] = ()  # exact PIDs / GPUs / files from the observed state
     # A resumed run's in-flight step whose command may have reached the host already and
     # whose expected state does not hold: asked on a terminal even with --yes.
     resend: str = ""  # why it is asked again ("" for an ordinary confirmation)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A confirmer's answer; ``reason`` says truthfully why a step does not run."""
+
+    yes: bool
+    reason: str = (
+        ""  # "declined by alice", "needs --allow-reboot", "no terminal to ask (use --yes)"
+    )
+    asked: bool = True  # False: nobody was asked (no terminal, or --allow-reboot missing)
 
 
 @dataclass
@@ -92,10 +134,16 @@ class RunReport:
     steps: list[StepRecord] = field(default_factory=list)
     reached_by: str | None = None  # the step after which the goal held
     declined: bool = False
+    blocked: StepRecord | None = None  # the first step not run because its trigger cannot be told
 
     @property
     def ok(self) -> bool:
-        return self.after is not None and all_ok(self.after.results) and not self.declined
+        return (
+            self.after is not None
+            and all_ok(self.after.results)
+            and not self.declined
+            and self.blocked is None
+        )
 
     @property
     def failing(self) -> tuple[CheckResult, ...]:

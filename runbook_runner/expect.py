@@ -2,8 +2,11 @@
 
 Each result says what was expected, what was found, and one line a tired
 person understands: ``GPU 0: memory.used 96,413 MiB, expected <= 1,024 MiB``.
-A value the host did not report fails its check as "not reported", never as
-a crash or as zero.
+
+A check has three outcomes: ok, failing, or *cannot tell* (with the reason). An
+observation that could not be made, a value the host did not report, an
+expression that cannot be evaluated, and ``every``/``none`` over an empty list
+(unless the check says ``empty: ok``) give *cannot tell*: never failing, never ok.
 """
 
 from __future__ import annotations
@@ -28,11 +31,22 @@ class CheckResult:
     found: str
     message: str
     failing: tuple[Any, ...] = ()  # the items that fail, for steps that act per item
+    cannot_tell: bool = False  # neither ok nor failing: what it needs could not be observed
+
+    @property
+    def status(self) -> str:
+        """'ok', 'failing' or 'cannot-tell'."""
+        return "ok" if self.ok else "cannot-tell" if self.cannot_tell else "failing"
+
+    @property
+    def is_failing(self) -> bool:
+        return not self.ok and not self.cannot_tell
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "ok": self.ok,
+            "status": self.status,
             "expected": self.expected,
             "found": self.found,
             "message": self.message,
@@ -84,6 +98,12 @@ class _Context:
         if self.item is not None and _own_column(self.runbook, self.item, name):
             return getattr(self.item, name)
         head, _, field = name.partition(".")
+        if field == "condition" and head in self.runbook.observations:
+            # The typed outcome of an observation: evidence even when it failed.
+            value = self.state.get(head)
+            if value is None:
+                raise _Unavailable(f"{head} was not observed")
+            return value.condition if isinstance(value, Unavailable) else "ok"
         if field:
             return getattr(self.observed(head), field)
         if name in self.runbook.observations:
@@ -127,6 +147,7 @@ class _Verdict:
     found: str
     expected: str
     message: str
+    cannot_tell: bool = False
 
 
 def _judge(expression: Expression, context: _Context, subject: str) -> _Verdict:
@@ -138,10 +159,16 @@ def _judge(expression: Expression, context: _Context, subject: str) -> _Verdict:
         label = context.unit_and_label(expr.Name(0, 0, missing.name))
         what = label[0] if label else missing.name
         found = f"{what} not reported by {context.tool(missing.name)}"
-        return _Verdict(False, found, expression.source, f"{subject}: {found}")
+        return _Verdict(
+            False, found, expression.source, f"{subject}: cannot tell: {found}", cannot_tell=True
+        )
     except expr.EvalError as error:
         return _Verdict(
-            False, str(error), expression.source, f"{subject}: cannot evaluate: {error}"
+            False,
+            str(error),
+            expression.source,
+            f"{subject}: cannot tell: cannot evaluate: {error}",
+            cannot_tell=True,
         )
     if not isinstance(ok, bool):
         return _Verdict(
@@ -173,18 +200,19 @@ def evaluate_check(
     """Judge one check against observed state."""
     context = _Context(runbook, state, params)
     try:
-        if check.every is not None:
-            return _every(check, runbook, context.observed(check.every), state, params)
-        if check.none is not None:
-            return _none(check, runbook, context.observed(check.none), state, params)
+        if check.over is not None:
+            items = tuple(context.observed(check.over))
+            if not items and not check.empty_ok:
+                return _cannot_tell(
+                    check, f"{check.over} is empty (no items is not evidence; 'empty: ok' if it is)"
+                )
+            if check.within is not None:
+                items = _within(check, runbook, items, state, params)
+            if check.every is not None:
+                return _every(check, runbook, items, state, params)
+            return _none(check, runbook, items, state, params)
     except _Unavailable as missing:
-        return CheckResult(
-            check.name,
-            False,
-            check.description,
-            missing.reason,
-            f"{check.description}: cannot tell: {missing.reason}",
-        )
+        return _cannot_tell(check, missing.reason)
     assert check.expect is not None
     subject = _subject_of(check, runbook)
     try:
@@ -196,9 +224,43 @@ def evaluate_check(
             check.expect.source,
             missing.reason,
             f"{subject}: cannot tell: {missing.reason}",
+            cannot_tell=True,
+        )
+    if verdict.cannot_tell:
+        return CheckResult(
+            check.name, False, verdict.expected, verdict.found, verdict.message, cannot_tell=True
         )
     message = explained(check, context) or verdict.message
     return CheckResult(check.name, verdict.ok, verdict.expected, verdict.found, message)
+
+
+def _cannot_tell(check: Check, reason: str) -> CheckResult:
+    return CheckResult(
+        check.name,
+        False,
+        check.description,
+        reason,
+        f"{check.description}: cannot tell: {reason}",
+        cannot_tell=True,
+    )
+
+
+def _within(
+    check: Check, runbook: Runbook, items: tuple[Any, ...], state: State, params: Mapping[str, Any]
+) -> tuple[Any, ...]:
+    """The items whose ``match`` field equals that of an item failing the other check."""
+    assert check.within is not None
+    other = evaluate_check(runbook.checks[check.within.failing], runbook, state, params)
+    if other.cannot_tell:
+        raise _Unavailable(f"which items fail {other.name} cannot be told: {other.found}")
+    field = check.within.match
+    unmatched = [item.describe() for item in other.failing if getattr(item, field) is None]
+    if unmatched:
+        raise _Unavailable(
+            f"{', '.join(unmatched)}: no {field} reported, so its items cannot be matched"
+        )
+    keys = {getattr(item, field) for item in other.failing}
+    return tuple(item for item in items if getattr(item, field) in keys)
 
 
 def _subject_of(check: Check, runbook: Runbook) -> str:
@@ -215,12 +277,14 @@ def _every(
     check: Check, runbook: Runbook, items: Any, state: State, params: Mapping[str, Any]
 ) -> CheckResult:
     assert check.expect is not None
-    failing, messages, found = [], [], []
+    failing, messages, found, unknown = [], [], [], []
     for item in items:
         context = _Context(runbook, state, params, item)
         verdict = _judge(check.expect, context, item.describe())
         found.append(f"{item.describe()}: {verdict.found}")
-        if not verdict.ok:
+        if verdict.cannot_tell:
+            unknown.append(verdict.message)
+        elif not verdict.ok:
             failing.append(item)
             messages.append(explained(check, context) or verdict.message)
     expected = f"every {check.every}: {check.expect.source}"
@@ -231,6 +295,10 @@ def _every(
             expected,
             f"no {check.every}",
             f"{check.description}: nothing to check",
+        )
+    if unknown and not failing:
+        return CheckResult(
+            check.name, False, expected, "; ".join(found), "; ".join(unknown), cannot_tell=True
         )
     if failing:
         return CheckResult(
@@ -248,16 +316,22 @@ def _every(
 def _none(
     check: Check, runbook: Runbook, items: Any, state: State, params: Mapping[str, Any]
 ) -> CheckResult:
-    matching = []
+    matching, unknown = [], []
     for item in items:
         if check.where is None:
             matching.append(item)
             continue
         verdict = _judge(check.where, _Context(runbook, state, params, item), item.describe())
-        if verdict.ok:
+        if verdict.cannot_tell:
+            unknown.append(verdict.message)
+        elif verdict.ok:
             matching.append(item)
     condition = f" where {check.where.source}" if check.where else ""
     expected = f"no {check.none}{condition}"
+    if unknown and not matching:
+        return CheckResult(
+            check.name, False, expected, "; ".join(unknown), "; ".join(unknown), cannot_tell=True
+        )
     if not matching:
         return CheckResult(
             check.name, True, expected, f"none of {len(items)}", f"{check.description}: ok"
@@ -297,6 +371,24 @@ def explained(check: Check, context: _Context) -> str | None:
     return f"{context.item.describe()}: {text}" if context.item is not None else text
 
 
+def evaluate_when(
+    expression: Expression, runbook: Runbook, state: State, params: Mapping[str, Any]
+) -> bool | str:
+    """A step's ``when``: true or false, or the reason it cannot be told (a string)."""
+    context = _Context(runbook, state, params)
+    try:
+        value = expr.evaluate(expression.tree, context.resolve)
+    except _Unavailable as missing:
+        return missing.reason
+    except expr.MissingValue as missing:
+        return f"{missing.name} not reported by {context.tool(missing.name)}"
+    except expr.EvalError as error:
+        return f"cannot evaluate: {error}"
+    if not isinstance(value, bool):
+        return f"{expression.source} is not a condition"
+    return value
+
+
 def evaluate_checks(
     names: Iterable[str], runbook: Runbook, state: State, params: Mapping[str, Any]
 ) -> list[CheckResult]:
@@ -305,3 +397,11 @@ def evaluate_checks(
 
 def all_ok(results: Iterable[CheckResult]) -> bool:
     return all(result.ok for result in results)
+
+
+def outcome(results: Iterable[CheckResult]) -> str:
+    """Of several checks: 'failing' if one fails, else 'cannot-tell' if one cannot be told, else 'ok'."""
+    statuses = {result.status for result in results}
+    if "failing" in statuses:
+        return "failing"
+    return "cannot-tell" if "cannot-tell" in statuses else "ok"

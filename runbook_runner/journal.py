@@ -183,7 +183,7 @@ def summary(path: Path) -> dict[str, Any]:
 
 
 def _result(end: dict[str, Any]) -> str:
-    """A run-end in words: its outcome when the run did not simply finish."""
+    """A run-end in words: a run the operator stopped is 'stopped', not 'goal not reached'."""
     outcome = end.get("outcome")
     if outcome == "interrupted" or (outcome is None and end.get("interrupted")):
         return f"interrupted ({end['signal']})" if end.get("signal") else "interrupted"
@@ -191,7 +191,15 @@ def _result(end: dict[str, Any]) -> str:
         return "stopped: needs a confirmation on a terminal"
     if outcome == "error":
         return f"stopped: {end.get('error', 'error')}"
-    return "ok" if end.get("ok") else "goal not reached"
+    if end.get("ok"):
+        return "ok"
+    if end.get("blocked"):
+        return "stopped: cannot tell"
+    if end.get("stopped_by") == "operator" or (end.get("declined") and not end.get("stopped_by")):
+        return "stopped by the operator"
+    if end.get("declined"):
+        return f"stopped: {end.get('stopped_by')}"
+    return "goal not reached"
 
 
 def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
@@ -216,7 +224,9 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                 (
                     t,
                     str(event.get("step")),
-                    f"{event.get('operator')} answered {event.get('answer')}",
+                    f"{event.get('operator')} answered {event.get('answer')}"
+                    if event.get("answer") != "not asked"
+                    else f"not asked: {event.get('reason')}",
                 )
             )
         elif kind == "step-end":
@@ -232,8 +242,6 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             rows.append((t, str(event.get("from_step")), "run resumed"))
         elif kind == "run-end":
             reached = event.get("reached_by")
-            result = _result(event)
-            if event.get("ok"):
-                result = f"goal holds (reached by {reached})"
+            result = f"goal holds (reached by {reached})" if event.get("ok") else _result(event)
             rows.append((t, "-", f"run ended: {result}"))
     return rows

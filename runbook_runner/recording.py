@@ -54,6 +54,7 @@ class Recorder:
                 step=event.step.id,
                 elapsed_s=round(event.elapsed_s, 3),
                 timeout_s=event.timeout_s,
+                unchanged_s=round(event.unchanged_s, 3),
                 failing=[self.redact(r.message) for r in event.failing],
             )
         elif isinstance(event, StepDone):
@@ -77,11 +78,22 @@ class Recorder:
                 **{**event.record.to_json(), "message": self.redact(event.record.message)},
             )
 
-    def confirmation(self, request: ConfirmRequest, answer: bool, operator: str) -> None:
+    def confirmation(
+        self,
+        request: ConfirmRequest,
+        answer: bool,
+        operator: str,
+        *,
+        reason: str = "",
+        asked: bool = True,
+    ) -> None:
+        """An operator's answer, or (``asked`` False) why nobody was asked: the real reason."""
         self.journal.write(
             "confirmation",
             step=request.step.id,
             commands=list(request.commands),
-            answer="yes" if answer else "no",
+            targets=list(request.targets),
+            answer=("yes" if answer else "no") if asked or answer else "not asked",
+            reason=reason,
             operator=operator,
         )

@@ -95,6 +95,11 @@ def _step_flags(step: Step, goal: tuple[str, ...]) -> str:
         flags.append(f"DESTRUCTIVE, affects {step.affects}")
     if step.root:
         flags.append("needs root")
+    if step.fixes:
+        fixes = "the goal" if set(step.fixes) == set(goal) else ", ".join(step.fixes)
+        flags.append(f"runs only while {fixes} fails")
+    if step.when is not None:
+        flags.append(f"when {step.when.source}")
     if step.for_each_failing:
         flags.append(f"once per item failing {step.for_each_failing}")
     if step.reboots:
@@ -150,6 +155,10 @@ def runbook_details(runbook: Runbook) -> str:
             rule = f"no {c.none}" + (f" where {c.where.source}" if c.where else "")
         else:
             rule = c.expect.source if c.expect else ""
+        if c.within is not None:
+            rule += f" (only items matching a failing {c.within.failing} by {c.within.match})"
+        if c.over and c.empty_ok:
+            rule += " (an empty list is ok)"
         out.append(f" {mark}{c.name}: {c.description}")
         out.append(f"      {rule}")
     if runbook.steps:
@@ -169,6 +178,12 @@ def runbook_details(runbook: Runbook) -> str:
                 f"     waits up to {seconds_text(wait.timeout)} "
                 f"(every {seconds_text(wait.interval)}) for: {until}"
             )
+            if wait.settle is not None:
+                left = ", ".join(wait.nothing_left) or "-"
+                out.append(
+                    f"     ends early after {seconds_text(wait.settle)} without progress "
+                    f"once these hold: {left}"
+                )
     return "\n".join(out)
 
 
@@ -176,8 +191,9 @@ def runbook_details(runbook: Runbook) -> str:
 
 
 def _first_of(runbook: Runbook, state: Mapping[str, Any], parser: str) -> Any:
+    parsers = {"gpus", "gpus-detail"} if parser == "gpus" else {parser}
     for name, observation in runbook.observations.items():
-        if observation.parser == parser and name in state:
+        if observation.parser in parsers and name in state:
             return state[name]
     return None
 
@@ -228,7 +244,12 @@ def memory_line(memory: Memory) -> str:
 def check_lines(results: Sequence[CheckResult], runbook: Runbook, style: Style) -> str:
     lines = []
     for result in results:
-        mark = style("ok  ", "green") if result.ok else style("FAIL", "red", "bold")
+        if result.ok:
+            mark = style("ok  ", "green")
+        elif result.cannot_tell:
+            mark = style("????", "yellow", "bold")  # cannot tell: neither ok nor failing
+        else:
+            mark = style("FAIL", "red", "bold")
         lines.append(f"  {mark} {result.name}: {result.message}")
         hint = runbook.checks[result.name].hint
         if not result.ok and hint:
@@ -244,6 +265,7 @@ _STATUS_STYLE = {
     "declined": ("declined", "yellow"),
     "planned": ("planned", "cyan"),
     "unknown": ("UNKNOWN", "yellow"),
+    "blocked": ("BLOCKED", "yellow"),
 }
 
 
@@ -255,7 +277,8 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
 
 def wait_line(event: Waiting, width: int = 120) -> str:
     failing = "; ".join(r.message for r in event.failing)
-    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s: {failing}"
+    trend = f" (unchanged for {event.unchanged_s:.0f} s)" if event.unchanged_s >= 1 else ""
+    line = f"      waiting {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s{trend}: {failing}"
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from runbook_runner import expr, schema, yamlsource
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.observe import PARSERS
-from runbook_runner.semantics import check_meaning
+from runbook_runner.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Problem
 
@@ -66,6 +66,7 @@ class Observation:
     root: bool = False
     text: Template | None = None
     alone: bool = False  # never run at the same time as the other observations of a set
+    ok_exit: tuple[int, ...] = (0,)  # statuses whose output is data; others: cannot tell
 
     @property
     def source(self) -> str:
@@ -92,6 +93,8 @@ class Check:
     where: Expression | None = None
     hint: str = ""
     explain: Interpolated | None = None  # replaces the generic message
+    empty_ok: bool = False  # an empty list is the expected state (else: cannot tell)
+    within: Within | None = None  # only the items that match an item failing another check
 
     @property
     def over(self) -> str | None:
@@ -109,6 +112,14 @@ class Check:
         return used
 
 
+@dataclass(frozen=True)
+class Within:
+    """Scope a check to the items whose ``match`` field equals that of an item failing ``failing``."""
+
+    failing: str
+    match: str
+
+
 Seconds = float | Expression  # a number, or an expression over parameters
 
 
@@ -117,6 +128,8 @@ class Wait:
     until: tuple[str, ...]
     timeout: Seconds
     interval: Seconds = 5.0
+    settle: Seconds | None = None  # no change for this long (and nothing_left holds): stop
+    nothing_left: tuple[str, ...] = ()  # checks that hold when nothing can release the memory
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,8 @@ class Step:
     for_each_failing: str | None = None
     on_failure: str = "stop"
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
+    fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
+    when: Expression | None = None  # must be true (NAME.condition reads typed failures)
 
 
 BLAST_RADIUS = ("none", "process", "service", "gpu", "node")
@@ -156,6 +171,7 @@ class Runbook:
     tags: tuple[str, ...] = ()
     path: str = ""
     sha256: str = ""
+    warnings: tuple[str, ...] = ()  # FILE:LINE:COL: lines validate prints (blast radius)
 
     @property
     def destructive(self) -> bool:
@@ -170,7 +186,28 @@ class Runbook:
     def observations_of(self, check_names: Iterable[str]) -> list[str]:
         """The observations the checks read, directly or through ``let`` names, in order."""
         seen: set[str] = set()
-        pending = [n for check in check_names for n in sorted(self.checks[check].names())]
+        checks, queue = [], list(check_names)
+        while queue:  # a check scoped 'within' another reads that one's observations too
+            name = queue.pop()
+            if name not in checks:
+                checks.append(name)
+                within = self.checks[name].within
+                if within is not None:
+                    queue.append(within.failing)
+        pending = [n for check in checks for n in sorted(self.checks[check].names())]
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in self.let:
+                pending += [n.path.split(".")[0] for n in expr.names(self.let[name].tree)]
+        return [name for name in self.observations if name in seen]
+
+    def observations_read_by(self, expression: Expression) -> list[str]:
+        """The observations an expression reads, directly or through ``let`` names."""
+        seen: set[str] = set()
+        pending = [n.path.split(".")[0] for n in expr.names(expression.tree)]
         while pending:
             name = pending.pop()
             if name in seen:
@@ -225,6 +262,8 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)
+    warnings = tuple(p.format(filename) for p in sorted(blast_radius_warnings(source)))
+    runbook = replace(runbook, warnings=warnings)
     return _with_origin(runbook, filename, digest)
 
 
@@ -284,6 +323,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             timeout=spec.get("timeout", 30.0),
             root=spec.get("root", False),
             alone=spec.get("alone", False),
+            ok_exit=tuple(spec.get("ok_exit", (0,))),
         )
         for name, spec in data["observations"].items()
     }
@@ -297,6 +337,10 @@ def _build(data: dict[str, Any]) -> Runbook:
             where=_expression(spec.get("where")),
             hint=" ".join(spec.get("hint", "").split()),
             explain=Interpolated.parse(spec["explain"]) if "explain" in spec else None,
+            empty_ok=spec.get("empty") == "ok",
+            within=Within(spec["within"]["failing"], spec["within"]["match"])
+            if "within" in spec
+            else None,
         )
         for name, spec in data["checks"].items()
     }
@@ -316,12 +360,16 @@ def _build(data: dict[str, Any]) -> Runbook:
                 until=expand(_checks_ref(spec["wait"]["until"])),
                 timeout=_seconds(spec["wait"]["timeout"]),
                 interval=_seconds(spec["wait"].get("interval", 5.0)),
+                settle=_seconds(spec["wait"]["settle"]) if "settle" in spec["wait"] else None,
+                nothing_left=expand(_checks_ref(spec["wait"].get("nothing_left"))),
             )
             if "wait" in spec
             else None,
             for_each_failing=spec.get("for_each_failing"),
             on_failure=spec.get("on_failure", "stop"),
             reboots=spec.get("reboots", False),
+            fixes=expand(_checks_ref(spec.get("fixes"))),
+            when=_expression(spec.get("when")),
         )
         for spec in data.get("steps") or ()
     )

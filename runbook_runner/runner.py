@@ -16,6 +16,7 @@ from runbook_runner import expr
 from runbook_runner.batch import BatchCommand
 from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
 from runbook_runner.events import (
+    Answer,
     ConfirmRequest,
     Event,
     Observed,
@@ -24,9 +25,17 @@ from runbook_runner.events import (
     StepDone,
     StepRecord,
     StepStarting,
+    WaitEnd,
     Waiting,
 )
-from runbook_runner.expect import CheckResult, all_ok, evaluate_check, evaluate_checks
+from runbook_runner.expect import (
+    CheckResult,
+    all_ok,
+    evaluate_check,
+    evaluate_checks,
+    evaluate_when,
+    outcome,
+)
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
 from runbook_runner.resume import ResumePlan
@@ -69,7 +78,7 @@ class Runner:
         transport: Transport,
         *,
         on_event: Callable[[Event], None] = lambda event: None,
-        confirm: Callable[[ConfirmRequest], bool] = lambda request: False,
+        confirm: Callable[[ConfirmRequest], bool | Answer] = lambda request: False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], float] = time.time,
@@ -82,6 +91,7 @@ class Runner:
         self.clock = clock
         self.sleep = sleep
         self.wall_clock = wall_clock
+        self._last_state: dict[str, Any] = {}
 
     # -- observing and checking -----------------------------------------------------------
 
@@ -112,7 +122,9 @@ class Runner:
         remote = [n for n in wanted if self.runbook.observations[n].command is not None]
         run_many = getattr(self.transport, "run_many", None)
         if run_many is None or len(remote) < 2:
-            return {name: self._observe_one(name) for name in wanted}
+            state = {name: self._observe_one(name) for name in wanted}
+            self._last_state = state
+            return state
         # One round trip for the set: the commands run together on the host.
         commands = {name: self._command_of(name) for name in remote}
         batch = [
@@ -130,12 +142,14 @@ class Runner:
             self._reconnect(None, lost)
             results = run_many(batch)
         by_name = dict(zip(remote, results, strict=True))
-        return {
+        state = {
             name: self._parsed(name, commands[name], by_name[name])
             if name in by_name
             else self._observe_one(name)
             for name in wanted
         }
+        self._last_state = state
+        return state
 
     def _command_of(self, name: str) -> str:
         command = self.runbook.observations[name].command
@@ -167,8 +181,13 @@ class Runner:
         if result.timed_out:
             return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
         status = result.exit_status if result.exit_status is not None else -1
-        if status != 0 and parser.tool != "nvidia-smi":
-            detail = (result.stderr or result.stdout).strip().splitlines()
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        if status == 127:
+            reason = f"{command!r} exited 127 (command not found)" + (
+                f": {detail[-1]}" if detail else ""
+            )
+            return Unavailable(reason, "not-found")
+        if status not in observation.ok_exit and parser.tool != "nvidia-smi":
             reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
             return Unavailable(reason)
         try:
@@ -220,6 +239,10 @@ class Runner:
             if record.status == "declined":
                 report.declined = True
                 break
+            if record.status == "blocked" and step.destructive:
+                report.blocked = report.blocked or record
+                if not dry_run:
+                    break  # cannot tell never escalates: stop before the step
             goal = set(self.runbook.goal)
             waited_for_goal = record.status == "ok" and step.wait and goal <= set(step.wait.until)
             skipped_for_goal = record.skipped_because_holds and goal <= set(step.skip_if)
@@ -228,7 +251,7 @@ class Runner:
             elif report.reached_by is None and skipped_for_goal and last_executed:
                 # A rung skipped because the goal holds: the rung before it did the work.
                 report.reached_by = last_executed
-            if record.status not in {"skipped", "planned"}:
+            if record.status not in {"skipped", "planned", "blocked"}:
                 last_executed = step.id
             if record.status in {"failed", "timed_out", "unknown"} and step.on_failure == "stop":
                 break
@@ -294,37 +317,35 @@ class Runner:
         def record(status: str, message: str = "", **extra: Any) -> StepRecord:
             return StepRecord(step.id, status, started, self.clock() - t0, message=message, **extra)
 
-        if step.skip_if:
-            _, holding = self.check(step.skip_if)
-            if all_ok(holding):
-                return record(
-                    "skipped",
-                    "already holds: " + ", ".join(step.skip_if),
-                    skipped_because_holds=True,
-                )
-        items: list[Any] = [None]
-        if step.for_each_failing:
-            state = self.observe(self.observations_for([step.for_each_failing]))
-            check = self.runbook.checks[step.for_each_failing]
-            verdict = evaluate_check(check, self.runbook, state, self.params)
-            if verdict.ok:
-                return record("skipped", f"nothing to act on: {check.name} holds")
-            items = list(verdict.failing)
+        trigger = self.trigger(step)
+        if isinstance(trigger, StepRecord):
+            return record(
+                trigger.status,
+                trigger.message,
+                skipped_because_holds=trigger.skipped_because_holds,
+            )
+        items: list[Any] = list(trigger) or [None]
+        targets = tuple(_target(item) for item in items if item is not None)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
-        sent = tuple(self.render(step.run, item) for item in items) if step.run else ()
-        commands = (
-            tuple(self.render(step.run, item, masked=True) for item in items) if step.run else ()
+        # Items that give the same command (one PID holding two GPUs) send it once.
+        pairs = (
+            {
+                self.render(step.run, item): self.render(step.run, item, masked=True)
+                for item in items
+            }
+            if step.run
+            else {}
         )
+        sent, commands = tuple(pairs), tuple(pairs.values())
         self.on_event(StepStarting(step, number, total, commands))
         if dry_run:
-            return record("planned", "dry run: not executed", commands=commands)
-        if (
-            step.destructive
-            and commands
-            and not confirmed
-            and not self.confirm(ConfirmRequest(step, commands))
-        ):
-            return record("declined", "the operator declined", commands=commands)
+            return record("planned", "dry run: not executed", commands=commands, targets=targets)
+        if step.destructive and commands and not confirmed:
+            answer = self.confirm(ConfirmRequest(step, commands, targets))
+            if isinstance(answer, bool):
+                answer = Answer(answer, "" if answer else "declined by the operator")
+            if not answer.yes:
+                return record("declined", answer.reason, commands=commands, targets=targets)
         if step.reboots:
             return self._reboot(step, sent, commands, record)
         results: list[CommandResult] = []
@@ -353,20 +374,95 @@ class Runner:
                 )
         exit_status = results[-1].exit_status if results else None
         if step.wait is not None:
-            waited, failing = self._wait(step)
-            if not waited:
-                message = (
-                    f"still not true after {self.seconds(step.wait.timeout):g}s: "
-                    + "; ".join(r.message for r in failing)
-                )
-                return record(
-                    "failed",
-                    message,
-                    exit_status=exit_status,
-                    commands=commands,
-                    results=tuple(results),
-                )
-        return record("ok", exit_status=exit_status, commands=commands, results=tuple(results))
+            ended = self._wait(step)
+            return record(
+                "ok" if ended.reached else "failed",
+                f"wait ended: {ended.reason}",
+                exit_status=exit_status,
+                commands=commands,
+                results=tuple(results),
+                wait=ended,
+                targets=targets,
+            )
+        return record(
+            "ok",
+            exit_status=exit_status,
+            commands=commands,
+            results=tuple(results),
+            targets=targets,
+        )
+
+    # -- deciding whether a step runs ---------------------------------------------------------
+
+    def trigger(self, step: Step) -> StepRecord | tuple[Any, ...]:
+        """The items a step acts on (empty: it runs once), or why it does not run.
+
+        A step runs only on evidence: its ``when`` is true, one of the checks it ``fixes``
+        is failing, and its ``for_each_failing`` check fails for some items. Where any of
+        these cannot be told, the step is blocked, never run.
+        """
+
+        def skip(message: str, holds: bool = False) -> StepRecord:
+            return StepRecord(
+                step.id, "skipped", 0.0, 0.0, message=message, skipped_because_holds=holds
+            )
+
+        def blocked(results: list[CheckResult] | None, reason: str = "") -> StepRecord:
+            told = reason or "; ".join(r.message for r in results or () if r.cannot_tell)
+            return StepRecord(
+                step.id,
+                "blocked",
+                0.0,
+                0.0,
+                message=f"blocked: cannot tell: {told}{self._how_to_fix()}",
+            )
+
+        if step.skip_if:
+            _, holding = self.check(step.skip_if)
+            if all_ok(holding):
+                return skip("already holds: " + ", ".join(step.skip_if), holds=True)
+        if step.when is not None:
+            state = self.observe(self.runbook.observations_read_by(step.when))
+            value = evaluate_when(step.when, self.runbook, state, self.params)
+            if isinstance(value, str):
+                return blocked(None, f"when {step.when.source}: {value}")
+            if not value:
+                return skip(f"when is false: {step.when.source}")
+        if step.fixes:
+            _, fixing = self.check(step.fixes)
+            verdict = outcome(fixing)
+            if verdict == "ok":
+                return skip("nothing to fix: " + ", ".join(step.fixes) + " hold")
+            if verdict == "cannot-tell":
+                return blocked(fixing)
+        if step.for_each_failing:
+            state = self.observe(self.observations_for([step.for_each_failing]))
+            check = self.runbook.checks[step.for_each_failing]
+            verdict_of = evaluate_check(check, self.runbook, state, self.params)
+            if verdict_of.cannot_tell:
+                return blocked([verdict_of])
+            if verdict_of.ok:
+                return skip(f"nothing to act on: {check.name} holds")
+            return tuple(verdict_of.failing)
+        return ()
+
+    def _how_to_fix(self) -> str:
+        unavailable = [
+            (name, value)
+            for name, value in self._last_state.items()
+            if isinstance(value, Unavailable)
+        ]
+        if not unavailable:
+            return ""
+        name, value = unavailable[0]
+        if value.condition == "not-found":
+            return f" (fix: install the command {name} runs, or put it on the login's PATH)"
+        if value.condition in {"failed", "unparsable", "timed-out"}:
+            return f" (fix: make '{self.runbook.observations[name].source}' work on the host; 'runbook check' shows what is observed)"
+        return (
+            f" (fix: the host reports {value.condition!r}; a runbook acts on it only with a step "
+            f"'when: {name}.condition == {value.condition!r}')"
+        )
 
     def _reboot(
         self,
@@ -402,10 +498,11 @@ class Runner:
                     )
                 self.sleep(min(5.0, max(0.0, back - self.clock())))
         if step.wait is not None:
-            waited, failing = self._wait(step)
-            if not waited:
-                message = "back, but still not true: " + "; ".join(r.message for r in failing)
-                return record("failed", message, commands=commands)
+            ended = self._wait(step)
+            if not ended.reached:
+                return record(
+                    "failed", f"back, but wait ended: {ended.reason}", commands=commands, wait=ended
+                )
         return record("ok", "the host rebooted and is back", commands=commands)
 
     def _reconnect(self, step: Step | None, lost: ConnectionLost) -> None:
@@ -436,32 +533,61 @@ class Runner:
         lost = "the connection dropped while it ran; outcome unknown, not sent again"
         if step.wait is None:
             return record("unknown", lost, commands=commands, results=results)
-        waited, failing = self._wait(step)
-        if waited:
+        ended = self._wait(step)
+        if ended.reached:
             return record(
                 "ok",
                 f"{lost}; its expected state was re-observed and holds",
                 commands=commands,
                 results=results,
+                wait=ended,
             )
-        message = f"{lost}; still not true: " + "; ".join(r.message for r in failing)
-        return record("unknown", message, commands=commands, results=results)
+        message = f"{lost}; wait ended: {ended.reason}"
+        return record("unknown", message, commands=commands, results=results, wait=ended)
 
-    def _wait(self, step: Step) -> tuple[bool, tuple[CheckResult, ...]]:
-        """Poll the step's wait condition until it holds or its deadline passes."""
-        assert step.wait is not None
+    def _wait(self, step: Step) -> WaitEnd:
+        """Poll the step's wait condition until it holds, its deadline passes, or waiting
+        cannot help: the failing figures have not moved for ``settle`` seconds and every
+        ``nothing_left`` check holds (nothing alive could still release them)."""
+        wait = step.wait
+        assert wait is not None
         start = self.clock()
-        timeout, interval = self.seconds(step.wait.timeout), self.seconds(step.wait.interval)
+        timeout, interval = self.seconds(wait.timeout), self.seconds(wait.interval)
+        settle = self.seconds(wait.settle) if wait.settle is not None else None
         deadline = start + timeout
+        last: tuple[str, ...] | None = None
+        since = start
         while True:
-            _, results = self.check(step.wait.until)
-            failing = tuple(r for r in results if not r.ok)
-            if not failing:
-                return True, ()
+            names = list(dict.fromkeys([*wait.until, *wait.nothing_left]))
+            _, results = self.check(names)
+            by_name = dict(zip(names, results, strict=True))
+            failing = tuple(by_name[n] for n in wait.until if not by_name[n].ok)
             now = self.clock()
-            self.on_event(Waiting(step, failing, now - start, timeout))
+            if not failing:
+                return WaitEnd("reached", f"reached after {now - start:.0f} s", now - start)
+            figures = tuple(r.message for r in failing)
+            if figures != last:
+                last, since = figures, now
+            self.on_event(Waiting(step, failing, now - start, timeout, now - since))
+            if settle is not None and now - since >= settle:
+                left = [by_name[n] for n in wait.nothing_left]
+                if all_ok(left):
+                    nothing = (
+                        ", nothing left (" + ", ".join(wait.nothing_left) + " hold)" if left else ""
+                    )
+                    return WaitEnd(
+                        "no-progress",
+                        f"no progress for {now - since:.0f} s{nothing}: " + "; ".join(figures),
+                        now - start,
+                        figures,
+                    )
             if now >= deadline:
-                return False, failing
+                return WaitEnd(
+                    "deadline",
+                    f"deadline ({timeout:g} s), still: " + "; ".join(figures),
+                    now - start,
+                    figures,
+                )
             self.sleep(min(interval, deadline - now))
 
 
@@ -473,3 +599,11 @@ def _failure_message(result: CommandResult, step: Step) -> str:
     if tail:
         message += ": " + " | ".join(line.strip() for line in tail)
     return message
+
+
+def _target(item: Any) -> str:
+    """How a confirmation names an observed item: 'PID 4120 (...)', 'GPU 0 (00000000:18:00.0, /dev/nvidia0)'."""
+    target = getattr(item, "target", None)
+    text = str(target()) if callable(target) else str(item.describe())
+    # Host text is data: no control character of it reaches the operator's terminal.
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)

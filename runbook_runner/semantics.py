@@ -14,10 +14,36 @@ from typing import Any
 import regex
 
 from runbook_runner import expr
-from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import field_names, has_field
+from runbook_runner.observe import CONDITIONS, PARSERS
+from runbook_runner.observe.state import field_kinds, field_names, has_field
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
+
+_PARAMETER_KINDS = {
+    "integer": "number",
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+}
+_NUMERIC_FUNCTIONS = {"min", "max", "abs", "round", "floor", "gib", "gb"}
+# Commands whose reach is wider than a process: (pattern, the least 'affects' they need, why).
+_WIDE_COMMANDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (
+        re.compile(r"/dev/nvidia(\*|ctl|-uvm)"),
+        "node",
+        "/dev/nvidiactl and /dev/nvidia-uvm are held by every CUDA process of the node",
+    ),
+    (
+        re.compile(r"\b(rmmod|modprobe|reboot|shutdown)\b"),
+        "node",
+        "a driver reload or a reboot reaches every GPU",
+    ),
+    (re.compile(r"--gpu-reset(?!.*-i)"), "node", "a reset without -i resets every GPU"),
+    (re.compile(r"\b(killall|pkill)\b"), "process", ""),
+    (re.compile(r"\bsystemctl\s+(stop|restart|kill)\b"), "service", "it stops a service"),
+    (re.compile(r"--gpu-reset"), "gpu", "it resets a GPU"),
+)
+_RADIUS = ("none", "process", "service", "gpu", "node")
 
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
@@ -29,6 +55,42 @@ _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
 
 def check_meaning(source: Source, stem: str | None) -> list[Problem]:
     return _Semantics(source, stem).run()
+
+
+def blast_radius_warnings(source: Source) -> list[Problem]:
+    """Destructive steps whose command looks wider than the 'affects' they declare."""
+    found = []
+    steps = source.data.get("steps") if isinstance(source.data, dict) else None
+    for i, spec in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(spec, dict) or not isinstance(spec.get("run"), str):
+            continue
+        declared = spec.get("affects")
+        if spec.get("destructive") is not True or declared not in _RADIUS:
+            continue
+        if declared != "node" and _acts_on_node_wide_holders(source.data, spec):
+            found.append(
+                Problem(
+                    source.mark_of(("steps", i, "for_each_failing")),
+                    ("steps", i, "for_each_failing"),
+                    f"warning: its items include the holders of /dev/nvidiactl and "
+                    f"/dev/nvidia-uvm (every CUDA process of the node), wider than "
+                    f"'affects: {declared}': scope the check with 'within' or "
+                    "\"where: not node_wide\", or declare 'affects: node'",
+                )
+            )
+            continue
+        for pattern, needs, why in _WIDE_COMMANDS:
+            if pattern.search(spec["run"]) and _RADIUS.index(needs) > _RADIUS.index(declared):
+                found.append(
+                    Problem(
+                        source.mark_of(("steps", i, "run")),
+                        ("steps", i, "run"),
+                        f"warning: the command reaches wider than 'affects: {declared}' "
+                        f"({why}): declare 'affects: {needs}' or narrow the command",
+                    )
+                )
+                break
+    return found
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -54,6 +116,19 @@ def _suggest(name: str, known: list[str]) -> str:
     return f" (defined: {', '.join(sorted(known))})" if known else " (none are defined)"
 
 
+def _acts_on_node_wide_holders(data: dict[str, Any], step: dict[str, Any]) -> bool:
+    """A step per item of a device-holders check that neither scopes nor filters node-wide files."""
+    check = _mapping(data.get("checks")).get(str(step.get("for_each_failing")))
+    if not isinstance(check, dict) or "within" in check:
+        return False
+    over = str(check.get("every", check.get("none")))
+    observation = _mapping(data.get("observations")).get(over)
+    if not isinstance(observation, dict) or observation.get("parser") != "device-holders":
+        return False
+    where = check.get("where")
+    return not (isinstance(where, str) and "node_wide" in where)
+
+
 class _Semantics:
     def __init__(self, source: Source, stem: str | None) -> None:
         self.source = source
@@ -68,6 +143,7 @@ class _Semantics:
         }
         self.checks = _mapping(self.data.get("checks"))
         self.lets: list[str] = []  # grows as each is checked: a let may use only earlier ones
+        self.let_kinds: dict[str, str | None] = {}
 
     def error(self, path: Path, message: str, offset: int | None = None) -> None:
         mark = self.source.mark_of(path)
@@ -96,7 +172,7 @@ class _Semantics:
                     ("let", let_name), f"{let_name!r} is already a parameter or observation name"
                 )
             elif isinstance(text, str):
-                self.expression(("let", let_name), text, None)
+                self.let_kinds[let_name] = self.expression(("let", let_name), text, None, want=None)
             self.lets.append(let_name)
         for check_name, spec in self.checks.items():
             if isinstance(spec, dict):
@@ -162,7 +238,41 @@ class _Semantics:
                 self.expression((*path, key), spec[key], item_type)
         if isinstance(spec.get("explain"), str):
             for text, offset in Interpolated.expressions(spec["explain"]):
-                self.expression((*path, "explain"), text, item_type, offset)
+                self.expression((*path, "explain"), text, item_type, offset, want=None)
+        if "empty" in spec and quantified is None:
+            self.error((*path, "empty"), "'empty' goes with 'every' or 'none'")
+        within = spec.get("within")
+        if isinstance(within, dict) and isinstance(within.get("failing"), str):
+            self.within((*path, "within"), name, within, item_type)
+
+    def within(self, path: Path, name: str, within: dict[str, Any], item_type: type | None) -> None:
+        other_name = within["failing"]
+        other = self.checks.get(other_name)
+        if other_name == name or not isinstance(other, dict):
+            known = [c for c in self.checks if c != name]
+            self.error(
+                (*path, "failing"), f"unknown check {other_name!r}{_suggest(other_name, known)}"
+            )
+            return
+        over = other.get("every", other.get("none"))
+        if "within" in other or not isinstance(over, str) or over not in self.observations:
+            self.error(
+                (*path, "failing"),
+                f"check {other_name!r} must have 'every' or 'none' and no 'within' of its own",
+            )
+            return
+        if item_type is None:
+            self.error(path, "'within' goes with 'every' or 'none'")
+            return
+        other_type = PARSERS[self.observations[over]["parser"]].record_type
+        match = within.get("match")
+        shared = sorted(set(field_names(item_type)) & set(field_names(other_type)))
+        if isinstance(match, str) and match not in shared:
+            self.error(
+                (*path, "match"),
+                f"{match!r} is not a field of both {item_type.__name__} and "
+                f"{other_type.__name__}{_suggest(match, shared)}",
+            )
 
     def list_observation(self, path: Path, name: str) -> type | None:
         lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]
@@ -171,22 +281,41 @@ class _Semantics:
             return None
         return PARSERS[self.observations[name]["parser"]].record_type
 
-    def expression(self, path: Path, text: str, item_type: type | None, base: int = 0) -> None:
+    def expression(
+        self,
+        path: Path,
+        text: str,
+        item_type: type | None,
+        base: int = 0,
+        want: str | None = "boolean",
+    ) -> str | None:
+        """Check names, then types; returns the expression's kind (None: unknown)."""
         try:
             tree = expr.parse(text)
         except expr.ExprError as error:
             self.error(path, f"in expression: {error}", base + error.offset)
-            return
+            return None
         for offset, problem in expr.constant_problems(tree):
             self.error(path, f"in expression: {problem}", base + offset)
         aggregated = {id(arg) for call in expr.calls(tree, expr.AGGREGATES) for arg in call.args}
+        problems = 0
         for node in expr.names(tree):
             if id(node) in aggregated:
                 message = self.aggregate_problem(node.path)
             else:
                 message = self.name_problem(node.path, item_type)
             if message:
+                problems += 1
                 self.error(path, message, base + node.start)
+        if problems:
+            return None
+        typing = _Types(self, item_type, text)
+        kind = typing.kind(tree)
+        for offset, message in typing.problems:
+            self.error(path, message, base + offset)
+        if want is not None and kind is not None and kind != want and not typing.problems:
+            self.error(path, f"{text.strip()} is a {kind}, not a condition (true or false)", base)
+        return kind
 
     def aggregate_problem(self, name: str) -> str | None:
         head, _, field = name.partition(".")
@@ -202,6 +331,8 @@ class _Semantics:
     def name_problem(self, name: str, item_type: type | None) -> str | None:
         """Why ``name`` means nothing here, or ``None`` if it resolves."""
         head, _, field = name.partition(".")
+        if field == "condition" and head in self.observations:
+            return None  # the observation's typed outcome: 'ok', 'gpu-lost', ...
         if not field:
             if item_type is not None and name in field_names(item_type):
                 if name in self.parameters:
@@ -212,7 +343,7 @@ class _Semantics:
             if item_type is not None and has_field(item_type, name):
                 return None  # a field an open record takes from the output (a table's column)
             fields = list(field_names(item_type)) if item_type else []
-            known = list(self.parameters) + self.lets + fields
+            known = list(self.parameters) + self.lets + fields + list(self.observations)
             return f"unknown name {name!r}{_suggest(name, known)}"
         if head not in self.observations:
             return f"unknown observation {head!r}{_suggest(head, list(self.observations))}"
@@ -263,6 +394,15 @@ class _Semantics:
                     path,
                     "a destructive step must say what it 'affects': process, service, gpu or node",
                 )
+            if spec.get("destructive") is True and not spec.get("fixes"):
+                self.error(
+                    path,
+                    "a destructive step must name the checks it 'fixes': it runs only while "
+                    "one of them is failing",
+                )
+            self.check_list((*path, "fixes"), spec.get("fixes"))
+            if isinstance(spec.get("when"), str):
+                self.expression((*path, "when"), spec["when"], None)
             reboot_ok = spec.get("destructive") is True and spec.get("affects") == "node"
             if spec.get("reboots") is True and not reboot_ok:
                 self.error(
@@ -275,6 +415,8 @@ class _Semantics:
                 self.check_list((*path, "wait", "until"), wait.get("until"))
                 self.seconds((*path, "wait", "timeout"), wait.get("timeout"))
                 self.seconds((*path, "wait", "interval"), wait.get("interval"))
+                self.seconds((*path, "wait", "settle"), wait.get("settle"))
+                self.check_list((*path, "wait", "nothing_left"), wait.get("nothing_left"))
                 interval, timeout = wait.get("interval", 5), wait.get("timeout")
                 if _is_number(interval) and _is_number(timeout) and interval > timeout:
                     self.error(
@@ -392,3 +534,123 @@ def value_problem(spec: dict[str, Any], value: Any) -> str | None:
         except TimeoutError:
             return f"took too long to match {pattern} (a pattern that backtracks)"
     return None
+
+
+class _Types:
+    """The kind of each part of an expression: 'number', 'string', 'boolean', 'list' or None."""
+
+    def __init__(self, semantics: _Semantics, item_type: type | None, source: str) -> None:
+        self.semantics, self.item_type, self.source = semantics, item_type, source
+        self.problems: list[tuple[int, str]] = []
+
+    def text(self, node: expr.Node) -> str:
+        return expr.source_of(node, self.source).strip()
+
+    def problem(self, node: expr.Node, message: str) -> None:
+        self.problems.append((node.start, message))
+
+    def name(self, path: str) -> str | None:
+        sem = self.semantics
+        head, _, field = path.partition(".")
+        if not field:
+            if self.item_type is not None and path in field_names(self.item_type):
+                return field_kinds(self.item_type).get(path)
+            if path in sem.let_kinds:
+                return sem.let_kinds[path]
+            spec = sem.parameters.get(path)
+            if isinstance(spec, dict):
+                return _PARAMETER_KINDS.get(str(spec.get("type")))
+            if path in sem.observations:
+                return "list" if PARSERS[sem.observations[path]["parser"]].is_list else None
+            return None
+        if field == "condition" and head in sem.observations:
+            return "string"
+        spec = sem.observations.get(head)
+        if spec is None:
+            return None
+        return field_kinds(PARSERS[spec["parser"]].record_type).get(field)
+
+    def need(self, node: expr.Node, kind: str | None, wanted: str, what: str) -> None:
+        if kind is not None and kind != wanted and kind != "any":
+            self.problem(node, f"{what} needs a {wanted}, but {self.text(node)} is a {kind}")
+
+    def kind(self, node: expr.Node) -> str | None:
+        if isinstance(node, expr.Literal):
+            value = node.value
+            if isinstance(value, bool):
+                return "boolean"
+            return "number" if isinstance(value, (int, float)) else "string"
+        if isinstance(node, expr.Name):
+            return self.name(node.path)
+        if isinstance(node, expr.Unary):
+            inner = self.kind(node.operand)
+            if node.op == "not":
+                self.need(node.operand, inner, "boolean", "'not'")
+                return "boolean"
+            self.need(node.operand, inner, "number", f"'{node.op}'")
+            return "number"
+        if isinstance(node, expr.Binary):
+            left, right = self.kind(node.left), self.kind(node.right)
+            if node.op in {"and", "or"}:
+                self.need(node.left, left, "boolean", f"'{node.op}'")
+                self.need(node.right, right, "boolean", f"'{node.op}'")
+                return "boolean"
+            if node.op in {"==", "!=", "<", "<=", ">", ">="}:
+                self.condition_names(node)
+                known = {left, right} - {None, "any"}
+                if len(known) == 2:
+                    self.problem(
+                        node,
+                        f"cannot compare {self.text(node.left)} (a {left}) with "
+                        f"{self.text(node.right)} (a {right})",
+                    )
+                return "boolean"
+            self.need(node.left, left, "number", f"'{node.op}'")
+            self.need(node.right, right, "number", f"'{node.op}'")
+            return "number"
+        if isinstance(node, expr.Call):
+            return self.call(node)
+        return None
+
+    def condition_names(self, node: expr.Binary) -> None:
+        """``gpus.condition == 'gpu-lots'`` is a typo: name the conditions there are."""
+        for name, other in ((node.left, node.right), (node.right, node.left)):
+            if (
+                isinstance(name, expr.Name)
+                and name.path.endswith(".condition")
+                and isinstance(other, expr.Literal)
+                and isinstance(other.value, str)
+                and other.value not in CONDITIONS
+            ):
+                self.problem(
+                    other,
+                    f"no observation condition is called {other.value!r}"
+                    + _suggest(other.value, list(CONDITIONS)),
+                )
+
+    def call(self, node: expr.Call) -> str | None:
+        function = node.function
+        if function in expr.AGGREGATES:
+            arg = node.args[0]
+            if isinstance(arg, expr.Name):
+                head, _, field = arg.path.partition(".")
+                spec = self.semantics.observations.get(head)
+                if spec is not None:
+                    kind = field_kinds(PARSERS[spec["parser"]].record_type).get(field)
+                    self.need(arg, kind, "number", f"{function}()")
+            return "number"
+        kinds = [self.kind(arg) for arg in node.args]
+        if function == "count":
+            self.need(node.args[0], kinds[0], "list", "count()")
+            return "number"
+        if function in {"matches", "contains"}:
+            for arg, kind in zip(node.args, kinds, strict=True):
+                self.need(arg, kind, "string", f"{function}()")
+            return "boolean"
+        if function in _NUMERIC_FUNCTIONS:
+            for arg, kind in zip(node.args, kinds, strict=True):
+                self.need(arg, kind, "number", f"{function}()")
+            return "number"
+        if function == "coalesce":
+            return next((k for k in kinds if k is not None), None)
+        return None

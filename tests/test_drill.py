@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -57,11 +58,22 @@ def test_oom_crash_is_fixed_by_resetting_only_gpus_0_and_2(capsys):
     assert "docs/pitfalls/orphaned-gpu-memory.md" in out
 
 
+def test_oom_crash_recovers_in_under_90_simulated_seconds_after_a_short_flat_wait(capsys):
+    code, out, _ = drill(capsys, "--scenario", "oom-crash", "--yes")
+    assert code == ExitCode.OK
+    minutes = float(re.search(r"Simulated time: ([\d.]+) min", out)[1])
+    assert minutes * 60 < 90
+    # Memory did not move and no process was left: the wait stopped at its settle time.
+    assert "wait-for-teardown        failed  (wait ended: no progress for 30 s, nothing left" in out
+    assert not any("-KILL" in c or "rmmod" in c for c in changes(out))
+
+
 def test_slow_teardown_is_fixed_by_waiting_not_by_killing(capsys):
     code, out, _ = drill(capsys, "--scenario", "slow-teardown", "--yes")
     assert code == ExitCode.OK
     assert "The rung that worked: stop-server" in out
     assert not any("-KILL" in c or "--gpu-reset" in c for c in changes(out))
+    assert "systemctl stop" not in "\n".join(changes(out))  # no GPU rung ran while it drained
 
 
 def test_persistence_blocks_reset_until_the_daemon_is_stopped(capsys):
@@ -92,6 +104,13 @@ def test_stuck_d_state_with_allow_reboot_reboots_and_comes_back(capsys):
     document = json.loads(out)
     assert document["reached_by"] == "reboot"
     assert [g["memory_used_mib"] for g in document["state"]["gpus"]] == [3] * 8
+
+
+def test_a_host_ram_leak_runs_no_gpu_rung(capsys):
+    code, out, _ = drill(capsys, "--scenario", "host-ram-leak", "--yes")
+    assert code == ExitCode.GOAL_NOT_MET
+    assert changes(out) == ["nothing"]
+    assert "reboot                   declined  (needs --allow-reboot)" in out
 
 
 def test_unknown_scenario_is_bad_input(capsys):

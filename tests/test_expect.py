@@ -59,17 +59,20 @@ def test_idle_gpus_pass():
     assert result.failing == ()
 
 
-def test_missing_value_fails_as_not_reported_not_as_a_crash():
+def test_missing_value_is_cannot_tell_not_failing_and_not_a_crash():
     gpus = (Gpu(index=0, memory_used_mib=None),)
     result = check("gpu-memory-released", seed_state(gpus=gpus))
     assert not result.ok
-    assert result.message == "GPU 0: memory.used not reported by nvidia-smi"
+    assert result.status == "cannot-tell"
+    assert result.message == "GPU 0: cannot tell: memory.used not reported by nvidia-smi"
 
 
 def test_nvidia_smi_failure_fails_the_check_with_the_condition():
     down = Unavailable("nvidia-smi failed: the NVIDIA driver is not loaded", "driver-not-loaded")
     result = check("gpu-memory-released", seed_state(gpus=down))
     assert not result.ok
+    assert result.status == "cannot-tell"
+    assert not result.is_failing
     assert "the NVIDIA driver is not loaded" in result.message
 
 
@@ -105,7 +108,7 @@ def test_count_check():
 def test_goal_results_serialise_to_json_shape():
     results = evaluate_checks(HEALTH.goal, HEALTH, seed_state(), PARAMS)
     assert [r.name for r in results] == list(HEALTH.goal)
-    assert set(results[0].to_json()) == {"name", "ok", "expected", "found", "message"}
+    assert set(results[0].to_json()) == {"name", "ok", "status", "expected", "found", "message"}
     assert [r.ok for r in results] == [True, False, True, True, False]
 
 

@@ -21,6 +21,8 @@ COMMANDS = {
     "free-h": "free -h",
     "processes": "ps -eo pid,stat,args",
     "lines": "dmesg",
+    "gpus-detail": "nvidia-smi -q",
+    "device-holders": "fuser -v /dev/nvidia* 2>&1",
     "df": "df -B1 --output=target,avail /tmp",
     "df-h": "df -h",
     "meminfo": "cat /proc/meminfo",
@@ -124,5 +126,9 @@ def test_mutated_real_fixtures_parse_or_raise_parse_error(case):
     kind = "free" if name.startswith("free/") else "gpus"
     if "compute-apps" in name:
         kind = "gpu-processes"
+    if name.startswith("fuser/"):
+        kind = "device-holders"
+    if name.startswith("nvidia-smi/q-"):
+        kind = "gpus-detail"
     with contextlib.suppress(ParseError):
         PARSERS[kind].parse(text, 0, INDEX[name]["command"])

@@ -43,6 +43,7 @@ steps:
     run: echo ran{{{{ token }}}} >> {sim}/marker
     destructive: true
     affects: process
+    fixes: [marked-once]
   - id: slow
     title: Maybe slow
     run: '{slow_step}'

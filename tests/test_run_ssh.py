@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -132,7 +133,8 @@ def test_dry_run_changes_nothing_and_prints_every_command(gpu_host, capsys):
     assert code == ExitCode.OK
     assert gpu_host.state_file.read_bytes() == before
     assert destructive_calls(gpu_host) == []
-    assert "would run: $ pkill -TERM -f sglang" in out
+    assert "nothing to fix: no-compute-processes hold" in out
+    assert "pkill" not in out  # the server is gone: no evidence for stopping it
     assert "would run: $ nvidia-smi --gpu-reset -i 0" in out
     assert "would run: $ nvidia-smi --gpu-reset -i 2" in out
     assert "-i 1" not in out
@@ -157,7 +159,7 @@ def test_json_document_of_a_run(gpu_host, capsys):
     }
     statuses = {s["id"]: s["status"] for s in document["steps"]}
     assert statuses == {
-        "stop-server": "ok",
+        "stop-server": "skipped",  # nothing to fix: no compute process is left
         "kill-server": "skipped",
         "stop-persistenced": "ok",
         "reset-gpus": "ok",
@@ -171,12 +173,15 @@ def test_check_json_reports_missing_values_as_null(gpu_host, capsys):
     state = eight_gpu_server(driver_loaded=False)
     gpu_host.set_state(state)
     code, out, _ = cli(capsys, gpu_host, "check", HEALTH, "--json")
-    assert code == ExitCode.GOAL_NOT_MET
     document = json.loads(out)
+    # The GPUs cannot be read: 6, unless a check of this machine's real ps fails (a zombie).
+    seen_failing = any(c["status"] == "failing" for c in document["checks"])
+    assert code == (ExitCode.GOAL_NOT_MET if seen_failing else ExitCode.CANNOT_TELL)
     assert document["state"]["gpus"] is None
     assert "driver is not loaded" in document["state"]["unavailable"]["gpus"]
-    failing = {c["name"]: c["message"] for c in document["checks"] if not c["ok"]}
-    assert "the NVIDIA driver is not loaded" in failing["gpu-memory-released"]
+    failing = {c["name"]: c for c in document["checks"] if not c["ok"]}
+    assert "the NVIDIA driver is not loaded" in failing["gpu-memory-released"]["message"]
+    assert failing["gpu-memory-released"]["status"] == "cannot-tell"
 
 
 def test_a_reset_that_keeps_failing_escalates_to_exit_1_with_the_hint(gpu_host, capsys):
@@ -306,8 +311,8 @@ def test_wait_progress_says_what_is_still_wrong(gpu_host, capsys, tmp_path):
     gpu_host.set_state(state)
     code, out, _ = cli(capsys, gpu_host, "run", str(runbook))
     assert code == ExitCode.GOAL_NOT_MET
-    assert "waiting 0s of 1s: GPU 0: memory.used 96,413 MiB, expected < 100 MiB" in out
-    assert "still not true after 0.6s" in out
+    assert re.search(r"waiting [01]s of 1s: GPU 0: memory.used 96,413 MiB, expected < 100 MiB", out)
+    assert "wait ended: deadline (0.6 s), still: GPU 0: memory.used 96,413 MiB" in out
 
 
 def _run_on_a_terminal(host, answers: str, *extra: str) -> subprocess.CompletedProcess:

@@ -96,8 +96,8 @@ observations: {memory: {command: free -b, parser: free}}
 checks: {ok: {description: d, expect: memory.free_bytes > 0}}
 goal: [ok]
 steps:
-  - {id: stop, title: stop, run: pkill x, destructive: true, affects: process}
-  - {id: reset, title: reset, run: nvidia-smi -r, destructive: true, affects: gpu, skip_if: goal}
+  - {id: stop, title: stop, run: pkill x, destructive: true, affects: process, fixes: goal}
+  - {id: reset, title: reset, run: nvidia-smi -r, destructive: true, affects: gpu, skip_if: goal, fixes: [ok]}
   - {id: look, title: look, run: "true"}
 """
     runbook = loads(text, "ladder.yaml", stem="ladder")

@@ -13,9 +13,11 @@ from typing import Any
 from runbook_runner.observe import (
     df,
     free,
+    fuser,
     meminfo,
     number,
     nvidia_smi,
+    nvidia_smi_q,
     ps,
     sglang,
     systemd,
@@ -23,6 +25,7 @@ from runbook_runner.observe import (
     vllm,
 )
 from runbook_runner.observe.state import (
+    DeviceHolder,
     Filesystem,
     Gpu,
     GpuProcess,
@@ -55,6 +58,14 @@ def _gpus(text: str, status: int, command: str) -> Any:
 def _gpu_processes(text: str, status: int, command: str) -> Any:
     query = nvidia_smi.query_from_command(command)
     return nvidia_smi.parse_compute_apps(text, query.fields if query else None, status)
+
+
+def _gpus_detail(text: str, status: int, command: str) -> Any:
+    return nvidia_smi_q.parse_query(text, status)
+
+
+def _holders(text: str, status: int, command: str) -> Any:
+    return fuser.parse_fuser(text)
 
 
 def _free(text: str, status: int, command: str) -> Any:
@@ -106,6 +117,12 @@ PARSERS: dict[str, Parser] = {
         "nvidia-smi --query-compute-apps=... --format=csv",
         "nvidia-smi",
     ),
+    "gpus-detail": Parser(
+        Gpu, True, _gpus_detail, "nvidia-smi -q (adds each GPU's minor number)", "nvidia-smi"
+    ),
+    "device-holders": Parser(
+        DeviceHolder, True, _holders, "fuser -v /dev/nvidia* 2>&1 (ok_exit: [0, 1])", "fuser"
+    ),
     "free": Parser(
         Memory, False, _free, "free (procps-ng, procps, BusyBox), any unit flag", "free"
     ),
@@ -147,3 +164,14 @@ PARSERS: dict[str, Parser] = {
         "the command",
     ),
 }
+
+# What ``NAME.condition`` can be: 'ok', the runner's reasons an observation could not be
+# made, and the failures nvidia-smi prints (nvidia_smi._FAILURES).
+CONDITIONS: tuple[str, ...] = (
+    "ok",
+    "failed",
+    "not-found",
+    "timed-out",
+    "unparsable",
+    *nvidia_smi.CONDITIONS,
+)

@@ -63,6 +63,9 @@ _FAILURES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 
 
+CONDITIONS = tuple(condition for condition, _, _ in _FAILURES)
+
+
 class NvidiaSmiFailure(ParseError):
     """nvidia-smi reported a failure instead of data."""
 

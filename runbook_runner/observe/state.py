@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -60,9 +61,15 @@ class Gpu:
     utilization_gpu_pct: float | None = _f("utilization.gpu", "%")
     temperature_c: float | None = _f("temperature.gpu", "°C")
     persistence_mode: str | None = _f("persistence_mode")
+    minor_number: int | None = _f("minor number")  # N of /dev/nvidiaN (not always the index)
 
     def describe(self) -> str:
         return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
+
+    def target(self) -> str:
+        """What a confirmation names: index, bus id and device file."""
+        device = f", /dev/nvidia{self.minor_number}" if self.minor_number is not None else ""
+        return f"{self.describe()} ({self.pci_bus_id or 'bus id ?'}{device})"
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ class GpuProcess:
 
     def describe(self) -> str:
         return f"process {self.pid} ({self.process_name or '?'})"
+
+    def target(self) -> str:
+        return f"PID {self.pid} ({self.process_name or '?'}) on GPU {self.gpu_bus_id or self.gpu_uuid or '?'}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,9 @@ class HostProcess:
     def describe(self) -> str:
         return f"process {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]})"
 
+    def target(self) -> str:
+        return f"PID {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]})"
+
 
 @dataclass(frozen=True)
 class TextLine:
@@ -118,6 +131,9 @@ class TextLine:
 
     def describe(self) -> str:
         return repr(self.text)
+
+    def target(self) -> str:
+        return str(self.text)
 
 
 @dataclass(frozen=True)
@@ -247,6 +263,30 @@ class TableRow(_Open):
 
 
 @dataclass(frozen=True)
+class DeviceHolder:
+    """One process holding one NVIDIA device file, as ``fuser -v /dev/nvidia*`` lists it.
+
+    ``minor_number`` is N of ``/dev/nvidiaN`` (one GPU); it is ``None`` for the files every
+    CUDA process opens (``/dev/nvidiactl``, ``/dev/nvidia-uvm``...), whose holders are
+    ``node_wide``: signalling them reaches every GPU of the node.
+    """
+
+    device: str | None = _f("device")
+    minor_number: int | None = _f("minor number")
+    node_wide: bool | None = _f("node-wide device")
+    pid: int | None = _f("pid")
+    user: str | None = _f("user")
+    access: str | None = _f("access")
+    command: str | None = _f("command")
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({self.command or '?'}) on {self.device or '?'}"
+
+    def target(self) -> str:
+        return f"PID {self.pid} ({self.command or '?'}, {self.user or '?'}) holding {self.device}"
+
+
+@dataclass(frozen=True)
 class Unavailable:
     """An observation that produced no state: the command or its parser failed."""
 
@@ -283,6 +323,7 @@ Record = (
     | Number
     | TableRow
     | VllmLaunchConfig
+    | DeviceHolder
 )
 
 
@@ -316,6 +357,24 @@ def field_label(record_type: type, name: str) -> tuple[str, str]:
         if f.name == name:
             return f.metadata.get("label", name), f.metadata.get("unit", "")
     return name, ""
+
+
+def field_kinds(record_type: type) -> dict[str, str]:
+    """Each field's kind for type checks: 'number', 'string' or 'boolean' (from the annotations)."""
+    hints = typing.get_type_hints(record_type)
+    kinds = {}
+    for name in field_names(record_type):
+        args = set(typing.get_args(hints[name])) or {hints[name]}
+        args.discard(type(None))
+        if args <= {int, float}:
+            kinds[name] = "number"
+        elif args == {bool}:
+            kinds[name] = "boolean"
+        elif args == {str}:
+            kinds[name] = "string"
+        else:
+            kinds[name] = "any"
+    return kinds
 
 
 def to_json(record: Record) -> dict[str, Any]:

@@ -69,6 +69,13 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     header, units = "noheader" not in fmt, "nounits" not in fmt
     ids_text = option(args, "-i", "--id")
     ids = [int(i) for i in ids_text.split(",")] if ids_text else None
+    reads_memory = option(args, "--query-gpu") is not None or "-q" in args or "--query" in args
+    for gpu in host.gpus if reads_memory else ():
+        if gpu.draining_mib_per_read:  # memory the driver is still giving back, slowly
+            gpu.orphaned_mib = max(0, gpu.orphaned_mib - gpu.draining_mib_per_read)
+    if "-q" in args or "--query" in args:
+        env.out(render.query_detail(host))
+        return 0
     try:
         if (fields := option(args, "--query-gpu")) is not None:
             env.out(render.query_gpu(host, fields.split(","), header, units, ids))
@@ -228,26 +235,60 @@ def pgrep(env: Env, args: list[str]) -> int:
     return 0 if matching else 1
 
 
+def _device_files(host: SimHost, args: list[str]) -> list[str]:
+    """The device files named (a glob the shell did not expand means all of them)."""
+    every = [f"/dev/nvidia{g.minor_number}" for g in host.gpus] + [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+    ]
+    named = [a for a in args if a.startswith("/dev/")]
+    if not named or "/dev/nvidia*" in named:
+        return every
+    return [f for f in every if f in named]
+
+
 def fuser(env: Env, args: list[str]) -> int:
+    """fuser [-v] [-s] [-k [-SIGNAL]] FILE...: over /dev/nvidia*. A process holds
+    /dev/nvidiaN of each GPU it uses and /dev/nvidiactl, /dev/nvidia-uvm (node-wide);
+    running GPU services hold /dev/nvidiactl."""
     host = env.host
-    """fuser [-v] [-k [-SIGNAL]] /dev/nvidia*: the GPU holders are registered processes and services."""
-    holders = [p for p in host.processes if p.gpu_mib]
-    services = [s for s in host.services if s.active and s.holds_gpus]
-    if not holders and not services:
+    files = _device_files(host, args)
+    minors = {f"/dev/nvidia{g.minor_number}": str(g.index) for g in host.gpus}
+    table: list[tuple[str, SimProcess | None, str]] = []  # (file, process, service name)
+    for file in files:
+        if file in minors:
+            table += [(file, p, "") for p in host.processes if minors[file] in p.gpu_mib]
+        else:
+            table += [(file, p, "") for p in host.processes if p.gpu_mib]
+            if file == "/dev/nvidiactl":
+                table += [(file, None, s.name) for s in host.services if s.active and s.holds_gpus]
+    if not table:
         return 1
     if "-v" in args:
         env.err("                     USER        PID ACCESS COMMAND\n")
-        for process in holders:
-            name = env.procs.cmdline(process.pid).split(" ")[0].rsplit("/", 1)[-1][:15]
-            env.err(f"/dev/nvidia0:        {env.user:<8} {process.pid:>6} F...m {name}\n")
-        for number, service in enumerate(services, start=1):
-            env.err(f"/dev/nvidiactl:      root     {9000 + number:>6} F.... {service.name[:15]}\n")
+        shown = ""
+        services = [s.name for s in host.services]
+        for file, process, service in table:
+            label = f"{file}:" if file != shown else ""
+            shown = file
+            if process is not None:
+                name = env.procs.cmdline(process.pid).split(" ")[0].rsplit("/", 1)[-1][:15]
+                env.err(f"{label:<20} {env.user:<8} {process.pid:>6} F...m {name}\n")
+            else:
+                pid = 9001 + services.index(service)
+                env.err(f"{label:<20} root     {pid:>6} F.... {service[:15]}\n")
     elif "-s" not in args:
-        env.out(" ".join(str(p.pid) for p in holders) + "\n")
+        pids = dict.fromkeys(p.pid for _, p, _ in table if p is not None)
+        env.out(" ".join(str(pid) for pid in pids) + "\n")
     if "-k" in args:
-        _send(env, holders, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL))
-        for service in services:
-            service.active = False  # fuser -k takes the persistence daemon down too
+        processes = list({id(p): p for _, p, _ in table if p is not None}.values())
+        _send(
+            env, processes, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL)
+        )
+        for _, _, unit in table:
+            held_by = host.service(unit) if unit else None
+            if held_by is not None:
+                held_by.active = False  # fuser -k takes the persistence daemon down too
     return 0
 
 

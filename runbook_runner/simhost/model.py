@@ -22,6 +22,12 @@ class SimGpu:
     resets_that_fail: int = 0  # resets refused before one works, whatever the holders
     temperature_c: int = 34
     persistence: bool = True
+    minor: int | None = None  # N of /dev/nvidiaN; None: the index (not always so on real hosts)
+    draining_mib_per_read: int = 0  # orphaned memory that falls by this much each time it is read
+
+    @property
+    def minor_number(self) -> int:
+        return self.index if self.minor is None else self.minor
 
     @property
     def uuid(self) -> str:
@@ -97,6 +103,7 @@ class SimHost:
     # The host's default locale (/etc/default/locale), e.g. "de_DE.UTF-8": commands that
     # are translated (free) speak it unless LC_ALL overrides it. "" is English, always.
     locale: str = ""
+    missing_commands: list[str] = field(default_factory=list)  # answer 127, as if not installed
 
     # -- rules -------------------------------------------------------------------
 

@@ -101,6 +101,46 @@ def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bo
     return "".join(line + "\n" for line in lines)
 
 
+def query_detail(host: SimHost) -> str:
+    """``nvidia-smi -q``: the lines the parser reads, in the 590 driver's layout
+    (tests/fixtures/nvidia-smi/q-590.48.01-h200-load.txt), the rest left out."""
+
+    def row(indent: int, key: str, value: str) -> str:
+        return f"{' ' * indent}{key:<{55 - indent}}: {value}\n"
+
+    parts = [
+        "\n==============NVSMI LOG==============\n\n",
+        row(0, "Timestamp", "Mon Nov 30 14:02:11 2026"),
+        row(0, "Driver Version", host.driver_version),
+        row(0, "CUDA Version", host.cuda_version),
+        "\n",
+        row(0, "Attached GPUs", str(len(host.gpus))),
+    ]
+    for gpu in host.gpus:
+        used = host.used_mib(gpu)
+        parts += [
+            f"GPU {gpu.bus_id}\n",
+            row(4, "Product Name", gpu.name),
+            row(4, "Persistence Mode", "Enabled" if gpu.persistence else "Disabled"),
+            row(4, "GPU UUID", gpu.uuid),
+            row(4, "Minor Number", str(gpu.minor_number)),
+            "    PCI\n",
+            row(8, "Bus", f"0x{gpu.bus_id.split(':')[1]}"),
+            row(8, "Bus Id", gpu.bus_id),
+            "    FB Memory Usage\n",
+            row(8, "Total", f"{gpu.memory_total_mib} MiB"),
+            row(8, "Reserved", "0 MiB"),
+            row(8, "Used", f"{used} MiB"),
+            row(8, "Free", f"{max(0, gpu.memory_total_mib - used)} MiB"),
+            "    BAR1 Memory Usage\n",
+            row(8, "Total", "131072 MiB"),
+            row(8, "Used", "1 MiB"),
+            row(8, "Free", "131071 MiB"),
+            "\n",
+        ]
+    return "".join(parts)
+
+
 def reset_succeeded(gpu: SimGpu) -> str:
     return f"GPU {gpu.bus_id} was successfully reset.\n"
 

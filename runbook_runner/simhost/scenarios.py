@@ -81,6 +81,12 @@ def stuck_d_state() -> SimHost:
     return host
 
 
+def host_ram_leak() -> SimHost:
+    host = eight_gpu_server()
+    host.leaked_host_bytes = 120 * GIB  # leaked /dev/shm segments; every GPU is clean
+    return host
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
@@ -107,6 +113,12 @@ SCENARIOS: dict[str, Scenario] = {
             "a process stuck in D state ignores every signal and blocks reset and "
             "driver unload: only a reboot helps",
             stuck_d_state,
+        ),
+        Scenario(
+            "host-ram-leak",
+            "120 GiB of host RAM held by leaked /dev/shm segments while every GPU is clean: "
+            "no GPU rung may run for a host-memory problem",
+            host_ram_leak,
         ),
     ]
 }

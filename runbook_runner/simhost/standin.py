@@ -146,6 +146,8 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         host = SimHost.load(state)
         host.forget_dead(processes.alive)
+        if name in host.missing_commands:  # as the shell answers for a command not installed
+            return 127
         env = Env(host, processes, on_reboot=_drop_own_session)
         status = HANDLERS[name](env, args)
         host.save(state)
