@@ -46,6 +46,7 @@ DRILL_PAGES = {
         ("Orphaned GPU memory", "pitfalls/orphaned-gpu-memory.md"),
     ],
     "slow-teardown": [("Host RAM after a kill", "pitfalls/host-memory-after-kill.md")],
+    "host-ram-leak": [("Host RAM after a kill", "pitfalls/host-memory-after-kill.md")],
     "persistence-blocks-reset": [
         ("What blocks a GPU reset", "pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset")
     ],

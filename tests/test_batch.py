@@ -11,7 +11,7 @@ import pytest
 from runbook_runner import batch
 from runbook_runner.batch import BatchCommand
 from runbook_runner.runbook import load
-from runbook_runner.runner import Runner
+from runbook_runner.runner import OBSERVE_IN_C_LOCALE, Runner
 
 REPO = Path(__file__).resolve().parent.parent
 COMPARED = ("command", "exit_status", "stdout", "stderr", "timed_out", "stdout_size", "stderr_size")
@@ -209,6 +209,8 @@ def test_a_wait_polls_only_the_observations_its_condition_reads(connect):
     step = dataclasses.replace(runbook.step("stop-server"), run=None, skip_if=())
     counting = Counting(connect())
     runner = Runner(runbook, {n: p.default for n, p in runbook.parameters.items()}, counting)
-    waited, _ = runner._wait(step)  # until: [no-compute-processes]
-    assert waited
-    assert counting.commands == [runbook.observations["gpu_processes"].command.source]
+    end = runner._wait(step)  # until: [no-compute-processes]
+    assert end.reached
+    assert counting.commands == [
+        OBSERVE_IN_C_LOCALE + runbook.observations["gpu_processes"].command.source
+    ]

@@ -40,6 +40,7 @@ steps:
     for_each_failing: gpu-memory-released
     root: true
     destructive: true
+    fixes: goal
     affects: gpu
     wait: {until: goal, timeout: 2, interval: 0.2}
 """

@@ -55,6 +55,7 @@ steps:
     title: Sleep on the host
     run: 'sleep 60 & echo $! > {pid_file}; wait'
     destructive: true
+    fixes: goal
     affects: process
     timeout: 120
 """

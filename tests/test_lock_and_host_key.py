@@ -39,6 +39,7 @@ steps:
     title: Append to the marker
     run: '{run}'
     destructive: true
+    fixes: goal
     affects: process
     timeout: 60
 """
@@ -153,6 +154,7 @@ steps:
     title: Hold until released
     run: 'echo ran >> {sim}/marker; touch {sim}/inflight; while [ ! -e {sim}/released ]; do sleep 0.05; done'
     destructive: true
+    fixes: goal
     affects: process
     timeout: 60
     wait: {{until: [is-released], interval: 0.2, timeout: 30}}

@@ -42,6 +42,7 @@ steps:
     title: Append to the marker (never twice)
     run: echo ran >> {sim}/marker
     destructive: true
+    fixes: goal
     affects: process
     wait: {{until: [marked-once], interval: 0.1, timeout: 0.5}}
   - id: middle

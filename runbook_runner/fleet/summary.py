@@ -26,6 +26,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.LOCKED,
     ExitCode.JOURNAL,
     ExitCode.DECLINED,
+    ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
 )
 
