@@ -221,7 +221,7 @@ class SshTransport:
         )
 
     def _end_after_interrupt(
-        self, channel: paramiko.Channel, err: TailBuffer, use_sudo: bool
+        self, channel: paramiko.Channel, err: TailBuffer, use_sudo: bool, session: bool = False
     ) -> str | None:
         """End the interrupted command's process group; its id, or None if it never started."""
         with contextlib.suppress(paramiko.SSHException, OSError, EOFError, TransportError):
@@ -238,7 +238,7 @@ class SshTransport:
                         channel.recv(65536)
             if pgid is None:
                 return None
-            self._end_process_group(pgid, use_sudo)
+            self._end_process_group(pgid, use_sudo, session)
             return pgid
         return None
 
@@ -314,7 +314,7 @@ class SshTransport:
         except KeyboardInterrupt as interrupt:
             # As in run(): the observations must not outlive the operator's run.
             sudo = any(c.as_root for c in wanted) and not self.is_root
-            pgid = self._end_after_interrupt(channel, err, sudo)
+            pgid = self._end_after_interrupt(channel, err, sudo, session=True)
             if isinstance(interrupt, Interrupted):
                 interrupt.ended_on_host = pgid
             raise
@@ -329,7 +329,8 @@ class SshTransport:
         if timed_out:
             pgid, _ = _pgid_mark(err.head)
             if pgid:
-                self._end_process_group(pgid, False)
+                sudo = any(c.as_root for c in wanted) and not self.is_root
+                self._end_process_group(pgid, sudo, session=True)
             return [
                 CommandResult(batch.as_sent(c, self.is_root), None, "", "", duration, True)
                 for c in wanted
@@ -370,14 +371,22 @@ class SshTransport:
                 f"{self.target.label}: cannot open a channel ({error})", "re-run"
             ) from None
 
-    def _end_process_group(self, pgid: str, use_sudo: bool) -> None:
+    def _end_process_group(self, pgid: str, use_sudo: bool, session: bool = False) -> None:
+        """End a command's process group; ``session``: every group of its session too (a
+        batch runs each command under ``timeout``, which gives it a group of its own)."""
+        leader = int(pgid)
         # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept.
-        group = f"-{int(pgid)}"
+        groups = (
+            f"g=$(ps -o pgid= -s {leader} 2>/dev/null | sort -u); g=${{g:-{leader}}}; "
+            if session
+            else f"g={leader}; "
+        )
         # A short grace after TERM, then KILL: the caller's timeout is kept within a second.
         script = (
-            f"kill -TERM {group} 2>/dev/null; i=0; "
-            f"while kill -0 {group} 2>/dev/null && [ $i -lt 5 ]; do sleep 0.1; i=$((i+1)); done; "
-            f"kill -KILL {group} 2>/dev/null; true"
+            groups + "for p in $g; do kill -TERM -$p 2>/dev/null; done; i=0; "
+            "while [ $i -lt 5 ]; do a=; for p in $g; do kill -0 -$p 2>/dev/null && a=1; done; "
+            '[ -n "$a" ] || break; sleep 0.1; i=$((i+1)); done; '
+            "for p in $g; do kill -KILL -$p 2>/dev/null; done; true"
         )
         if use_sudo:
             script = f"sudo -n sh -c {quote(script)}"

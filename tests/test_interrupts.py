@@ -96,3 +96,65 @@ steps:
     assert end["signal"] == signal.Signals(signum).name
     assert end["ended_on_host"].startswith("process group ")
     assert not (sim / "runbook-runner.lock").exists()  # released
+
+
+def test_a_signal_during_batched_observations_ends_them_on_the_host(
+    gpu_host, tmp_path, run_journals_in_tmp
+):
+    """The goal check sends its observations as one batch (run_many): a SIGTERM while they
+    run ends them on the host too, not only a step's command."""
+    sim = gpu_host.root / "sim"
+    pid_file = sim / "observer.pid"
+    pid_file.unlink(missing_ok=True)
+    runbook = tmp_path / "slow-look.yaml"
+    runbook.write_text(
+        f"""name: slow-look
+title: An observation that takes its time
+summary: For the interrupt tests.
+observations:
+  slow:
+    command: 'sh -c ''echo $$ > {pid_file}; exec sleep 60'''
+    parser: lines
+    timeout: 120
+  quick:
+    command: echo quick
+    parser: lines
+checks:
+  seen: {{description: both seen, expect: count(slow) + count(quick) == 2}}
+goal: [seen]
+steps:
+  - id: mark
+    title: Mark
+    run: echo mark
+    destructive: true
+    fixes: goal
+    affects: process
+"""
+    )
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "run",
+            str(runbook),
+            *gpu_host.cli_args(),
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        pid = int(
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the observer")
+        )
+        assert not gone(pid)
+        runner.send_signal(signal.SIGTERM)
+        out, err = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 143, out + err
+    wait_for(lambda: gone(pid), 10, "the batched observation to end on the host")
