@@ -443,8 +443,26 @@ class Runner:
                 return blocked([verdict_of])
             if verdict_of.ok:
                 return skip(f"nothing to act on: {check.name} holds")
-            return tuple(verdict_of.failing)
-        return ()
+            items = tuple(verdict_of.failing)
+            missing = [m for item in items for m in self._unreported(step, item)]
+            return blocked(None, "; ".join(missing)) if missing else items
+        missing = self._unreported(step, None)
+        return blocked(None, "; ".join(missing)) if missing else ()
+
+    def _unreported(self, step: Step, item: Any) -> list[str]:
+        """The values a step's command needs that were not reported (None): never sent as
+        the word 'None' (``kill -TERM None``), the step is blocked instead."""
+        if step.run is None:
+            return []
+        missing = []
+        for placeholder in step.run.placeholders:
+            name = placeholder.name
+            if name.startswith("item."):
+                if item is not None and getattr(item, name[5:], None) is None:
+                    missing.append(f"{_describe(item)}: {name[5:]} was not reported")
+            elif self.params.get(name) is None:
+                missing.append(f"parameter {name} has no value (--set {name}=...)")
+        return missing
 
     def _how_to_fix(self) -> str:
         unavailable = [
@@ -607,3 +625,8 @@ def _target(item: Any) -> str:
     text = str(target()) if callable(target) else str(item.describe())
     # Host text is data: no control character of it reaches the operator's terminal.
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def _describe(item: Any) -> str:
+    describe = getattr(item, "describe", None)
+    return str(describe()) if callable(describe) else "an item"

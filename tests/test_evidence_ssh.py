@@ -328,3 +328,24 @@ def test_check_says_cannot_tell_and_exits_6_when_nothing_fails_but_gpus_cannot_b
     assert code == ExitCode.CANNOT_TELL
     assert "???? gpu-memory-released" in out
     assert "cannot tell whether the goal holds" in out
+
+
+def test_a_value_the_host_did_not_report_is_never_sent_as_the_word_none(gpu_host, capsys, tmp_path):
+    """A row without a PID: the kill is blocked (cannot tell), never `kill -TERM None`."""
+    sim = gpu_host.root / "sim"
+    (sim / "rows").write_text("NAME PID\nworker\n")
+    runbook = tmp_path / "no-pid.yaml"
+    runbook.write_text(
+        "name: no-pid\ntitle: t\nsummary: s\n"
+        f"observations:\n  rows: {{command: cat {sim}/rows, parser: table}}\n"
+        "checks:\n  no-workers: {description: d, none: rows, where: name == 'worker'}\n"
+        "goal: [no-workers]\nsteps:\n"
+        "  - id: stop\n    title: t\n    run: kill -TERM {{ item.pid }}\n"
+        "    for_each_failing: no-workers\n    fixes: [no-workers]\n"
+        "    destructive: true\n    affects: process\n"
+    )
+    code, out = run(capsys, gpu_host, str(runbook))
+    assert code == ExitCode.CANNOT_TELL, out
+    assert "pid was not reported" in out
+    assert "kill -TERM None" not in out
+    assert "kill -TERM 'None'" not in out
