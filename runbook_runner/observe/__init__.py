@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe import free, fuser, nvidia_smi, nvidia_smi_q, ps, sglang
+from runbook_runner.observe import free, fuser, nvidia_smi, nvidia_smi_q, ps, sglang, shm, xid
 from runbook_runner.observe.state import (
     DeviceHolder,
     Gpu,
@@ -18,7 +18,9 @@ from runbook_runner.observe.state import (
     HostProcess,
     LaunchConfig,
     Memory,
+    ShmSegment,
     TextLine,
+    XidEvent,
 )
 
 
@@ -65,7 +67,25 @@ def _lines(text: str, status: int, command: str) -> Any:
     return tuple(TextLine(line.rstrip("\r")) for line in text.split("\n") if line.strip())
 
 
+def _xid(text: str, status: int, command: str) -> Any:
+    return xid.parse_xid(text)
+
+
+def _shm(text: str, status: int, command: str) -> Any:
+    return shm.parse_shm(text)
+
+
 PARSERS: dict[str, Parser] = {
+    "xid-events": Parser(
+        XidEvent, True, _xid, "dmesg: NVRM Xid lines, with NVIDIA's catalog action", "dmesg"
+    ),
+    "shm-segments": Parser(
+        ShmSegment,
+        True,
+        _shm,
+        "date +%s, then SIZE OWNER MTIME held|free PATH per /dev/shm file",
+        "the /dev/shm listing",
+    ),
     "gpus": Parser(Gpu, True, _gpus, "nvidia-smi --query-gpu=... --format=csv", "nvidia-smi"),
     "gpu-processes": Parser(
         GpuProcess,

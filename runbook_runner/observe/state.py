@@ -143,6 +143,42 @@ class DeviceHolder:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:...): CODE, ...`` kernel message, with the catalog's action."""
+
+    pci: str | None = _f("pci")
+    code: int | None = _f("xid")
+    pid: int | None = _f("pid")
+    message: str | None = _f("message")
+    action: str | None = _f("action")  # RESTART_APP, RESET_GPU, RESTART_BM, ... or LOOK_IT_UP
+    meaning: str | None = _f("meaning")
+
+    def describe(self) -> str:
+        return f"Xid {self.code} on {self.pci} ({self.action}: {self.meaning})"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class ShmSegment:
+    """One file in /dev/shm: its size, owner, age, and whether a live process holds it."""
+
+    path: str | None = _f("path")
+    size_bytes: int | None = _f("size", "bytes")
+    owner: str | None = _f("owner")
+    age_s: int | None = _f("age", "s")
+    held: bool | None = _f("held")
+
+    def describe(self) -> str:
+        size = f"{(self.size_bytes or 0) / 2**30:.1f} GiB"
+        return f"{self.path} ({size}, {self.owner}, {self.age_s} s old, {'held' if self.held else 'held by no process'})"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
 class Unavailable:
     """An observation that produced no state: the command or its parser failed."""
 
@@ -150,7 +186,9 @@ class Unavailable:
     condition: str = "failed"
 
 
-Record = Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig | DeviceHolder
+Record = (
+    Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig | DeviceHolder | XidEvent | ShmSegment
+)
 
 
 def field_names(record_type: type) -> tuple[str, ...]:

@@ -92,7 +92,7 @@ def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bo
         lines.append(", ".join(_header_cell(f, _APP_FIELDS[f][0]) for f in fields))
     for gpu in host.gpus:
         for process in host.processes:
-            if str(gpu.index) in process.gpu_mib:
+            if str(gpu.index) in process.gpu_mib and not process.hidden:
                 cells = [
                     _value_cell(_APP_FIELDS[f][1](host, gpu, process), _APP_FIELDS[f][0], units)
                     for f in fields
@@ -202,7 +202,7 @@ def table(host: SimHost, now: float | None = None) -> str:
         (gpu.index, process, mib)
         for gpu in host.gpus
         for process in host.processes
-        if (mib := process.gpu_mib.get(str(gpu.index)))
+        if (mib := process.gpu_mib.get(str(gpu.index))) and not process.hidden
     ]
     if not rows:
         lines.append("|  No running processes found" + " " * 61 + "|")
