@@ -273,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     drill.add_argument(
         "--scenario",
         default="oom-crash",
-        help="oom-crash (default), slow-teardown, persistence-blocks-reset, stuck-d-state",
+        help="a scenario of the matrix (oom-crash, the default; slow-teardown, "
+        "persistence-blocks-reset, stuck-d-state, xid-79, leaked-shm, ...; see "
+        "runbook_runner/simhost/scenarios.py), or 'random' to be told which only in the debrief",
     )
     _add_consent_options(drill)
     _add_value_options(drill)

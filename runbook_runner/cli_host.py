@@ -107,6 +107,7 @@ def _execute_run(
     args: argparse.Namespace,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    drill: DrillHooks | None = None,
 ) -> tuple[int, RunReport | None]:
     """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
     from runbook_runner.recording import Recorder
@@ -127,7 +128,7 @@ def _execute_run(
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
-        journal, run_id = _open_journal(args, runbook, transport, params, resume)
+        journal, run_id = _open_journal(args, runbook, transport, params, resume, drill)
         recorder = Recorder(journal, runbook, params)
         out.line(out.style(f"journal: {journal.path}", "dim"))
         confirmer = console.Confirmer(args, out, host, record=recorder.confirmation)
@@ -166,8 +167,11 @@ def _execute_run(
                 blocked=report.blocked.message if report is not None and report.blocked else None,
                 interrupted=report is None,
             )
+            if drill is not None:
+                drill.journal = journal.path
             journal.close()
     console.closing(out, report, host, confirmer)
+    code = _exit_code(args, report, confirmer)
     if args.json:
         after = report.after
         document = {
@@ -181,7 +185,13 @@ def _execute_run(
             "checks": [r.to_json() for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
         }
+        if drill is not None:
+            document["drill"] = drill.summary(report, code)
         print(json.dumps(document, indent=2))
+    return code, report
+
+
+def _exit_code(args: argparse.Namespace, report: RunReport, confirmer: console.Confirmer) -> int:
     if report.blocked is not None:
         code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
     elif report.declined:
@@ -191,7 +201,7 @@ def _execute_run(
         code = ExitCode.OK
     else:
         code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
-    return code, report
+    return code
 
 
 def _stopped_by(report: RunReport | None, confirmer: console.Confirmer) -> str | None:
@@ -225,6 +235,7 @@ def _open_journal(
     transport: SshTransport,
     params: dict[str, Any],
     resume: tuple[Path, str | None] | None,
+    drill: DrillHooks | None = None,
 ) -> tuple[journal_module.Journal, str]:
     from runbook_runner.transport import fingerprint
 
@@ -238,9 +249,13 @@ def _open_journal(
         if getattr(args, "journal", None)
         else _journal_folder() / f"{run_id}.jsonl"
     )
-    journal = journal_module.Journal(path)
+    journal = journal_module.Journal(path, drill.journal_clock if drill is not None else None)
+    marks: dict[str, Any] = {}
+    if drill is not None:  # a drill: its scenario, on simulated time
+        marks = {"drill": drill.scenario, "simulated_time": True}
     journal.write(
         "run-start",
+        **marks,
         run=run_id,
         runbook=runbook.name,
         runbook_path=runbook.path,
@@ -308,24 +323,52 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+class DrillHooks:
+    """What a drill adds to a run: its scenario in the journal, simulated time stamps,
+    and its judgement in the JSON document."""
+
+    def __init__(self, scenario: str, clock: Callable[[], float], judge: Any) -> None:
+        from runbook_runner.simhost.commands import EPOCH
+
+        self.scenario = scenario
+        self.journal_clock = lambda: EPOCH + clock()
+        self.judge = judge  # (report, exit code) -> drill.Judgement
+        self.journal: Path | None = None
+
+    def summary(self, report: RunReport, code: int) -> dict[str, Any]:
+        return dict(self.judge(report, code).to_json())
+
+
 def cmd_drill(args: argparse.Namespace) -> int:
     from runbook_runner import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
-    if args.scenario not in SCENARIOS:
+    named = args.scenario != "random"
+    if named and args.scenario not in SCENARIOS:
         raise UsageError(
-            f"--scenario {args.scenario}: no such scenario (scenarios: {', '.join(SCENARIOS)})",
+            f"--scenario {args.scenario}: no such scenario "
+            f"(scenarios: {', '.join(SCENARIOS)}, or random)",
             "runbook drill",
         )
     load_named(args)  # a bad runbook name fails before anything starts
-    drill = drills.start(args.scenario)
+    name = drills.pick(args.scenario)
+    drill = drills.start(name)
+    scenario = drill.scenario
     out = console.Output(args.json)
     try:
-        out.line(out.style(f"Drill: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
+        if named:
+            out.line(out.style(f"Drill: {name}", "bold") + f": {scenario.teaches}.")
+        else:
+            out.line(out.style("Drill: a scenario picked at random", "bold") + " (the debrief names it).")
         out.line(
             f"A simulated 8 x RTX PRO 6000 server with 449 GiB of RAM answers over SSH on "
             f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
         )
+        given = {item.split("=", 1)[0] for item in args.set or []}
+        known = [f"{k}={v}" for k, v in scenario.params if k not in given]
+        if known:
+            args.set = [*known, *(args.set or [])]
+            out.line("What the operator knows here: " + " ".join(f"--set {kv}" for kv in known))
         started = drill.host.clock.now()
         args.host, args.port, args.user = "127.0.0.1", drill.host.port, "root"
         args.identity, args.known_hosts = [str(drill.identity)], str(drill.known_hosts)
@@ -342,10 +385,31 @@ def cmd_drill(args: argparse.Namespace) -> int:
             False,
             False,
         )
-        code, report = _execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
-        console.debrief(
-            out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
+
+        def judge(report: RunReport, code: int) -> drills.Judgement:
+            said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
+            return drills.judge(
+                scenario,
+                drill.host.host.actions,
+                started,
+                drill.host.clock.now(),
+                code,
+                report.ok,
+                said,
+            )
+
+        hooks = DrillHooks(name, drill.host.clock.now, judge)
+        code, report = _execute_run(
+            args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep, drill=hooks
         )
+        if report is not None:
+            judgement = judge(report, code)
+            if hooks.journal is not None:
+                journal = journal_module.Journal(hooks.journal, hooks.journal_clock)
+                journal.write("drill-end", **judgement.to_json())
+                journal.close()
+            happened = [(t - started, e) for t, e in drill.host.host.happened]
+            console.debrief(out, report, judgement, happened)
         return code
     finally:
         drill.close()

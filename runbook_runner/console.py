@@ -16,6 +16,7 @@ from runbook_runner import render
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
+    from runbook_runner.drill import Judgement
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
 
 OUTPUT_LINES = 25  # of each command's output, shown under its step
@@ -215,27 +216,68 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
             out.line(f"  next: {hints[0]}")
 
 
-def debrief(out: Output, report: RunReport | None, changes: list[str], simulated_s: float) -> None:
-    """The end of a drill: which rungs ran, what they changed, which one worked, what to read."""
+SITE = "docs/"  # pages are named by their path in the repository's docs/ folder
+
+
+def debrief(
+    out: Output,
+    report: RunReport | None,
+    judgement: Judgement,
+    happened: list[tuple[float, str]] | None = None,
+) -> None:
+    """The end of a drill: what was wrong, what the run did, what an expert does, the
+    difference, time to recovery against the ideal, and the lesson with its page."""
     if report is None:
         return
     style = out.style
+    scenario = judgement.scenario
     out.line("")
-    out.line(style("Debrief", "bold"))
+    out.line(style(f"Debrief: {scenario.name}", "bold"))
+    out.line(f"  What was wrong: {scenario.wrong}")
+    out.line("  What the run did:")
+    for at, action in judgement.taken:
+        out.line(f"    +{at:5.0f} s  {action}")
+    if not judgement.taken:
+        out.line("    nothing to the host (it only looked)")
+    for at, event in happened or []:
+        out.line(style(f"    +{at:5.0f} s  (the host: {event})", "dim"))
+    out.line(f"  What an expert does: {scenario.expert}")
+    for action in scenario.actions:
+        out.line(f"    {action}")
+    if not scenario.actions:
+        out.line("    no action on the host")
+    if judgement.extra or judgement.missing:
+        out.line(style("  The difference:", "yellow", "bold"))
+        for action in judgement.extra:
+            out.line(style(f"    + {action}  (the expert would not)", "yellow"))
+        for action in judgement.missing:
+            out.line(style(f"    - {action}  (the expert would)", "yellow"))
+    else:
+        out.line(style("  The difference: none (the expert's actions, no more)", "green"))
+    ratio = judgement.recovery_s / scenario.ideal_s if scenario.ideal_s else 0.0
+    ending = "to recovery" if scenario.ends == "goal" else "to stopping"
+    timing = (
+        f"  Time {ending}: {judgement.recovery_s:.0f} s simulated "
+        f"(ideal {scenario.ideal_s:.0f} s, {ratio:.1f}x)"
+    )
+    out.line(style(timing, "green" if judgement.in_time else "yellow"))
+    if not judgement.ended_right:
+        want = "the goal reached" if scenario.ends == "goal" else f"a stop (exit {scenario.exit_code}: {scenario.message})"
+        out.line(style(f"  It did not end where the expert would: {want}", "red", "bold"))
     out.line("  Rungs:")
     for record in report.steps:
+        if record.status == "skipped":
+            continue
         shown = {"failed", "timed_out", "declined", "blocked"}
         note = f"  ({record.message})" if record.status in shown else ""
         out.line(f"    {record.id:<24} {record.status}{note}"[:160])
-    out.line("  What changed on the host:")
-    for change in changes or ["nothing"]:
-        out.line(f"    $ {change}")
     if report.ok:
         out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
     else:
         out.line(style("  No rung reached the goal.", "red", "bold"))
-    out.line(f"  Simulated time: {simulated_s / 60:.1f} min")
-    if report.runbook.docs:
-        out.line("  Read next:")
-        for page in report.runbook.docs:
-            out.line(f"    docs/{page}")
+    out.line(f"  Simulated time: {judgement.recovery_s / 60:.1f} min")
+    out.line(f"  Lesson: {scenario.lesson}")
+    out.line(f"  Read: {SITE}{scenario.page}")
+    others = [page for page in report.runbook.docs if page != scenario.page]
+    if others:
+        out.line("  Read next: " + ", ".join(f"{SITE}{page}" for page in others))

@@ -12,7 +12,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -47,13 +47,15 @@ def utc(now: float | None = None) -> str:
 class Journal:
     """Appends events to a file, each flushed and fsynced before the call returns."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the time stamped on each line (a drill's simulated time); default now."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.clock = clock
         self._file: IO[bytes] = path.open("ab")
 
     def write(self, event: str, **fields: Any) -> None:
-        record = {"t": utc(), "event": event, **fields}
+        record = {"t": utc(self.clock() if self.clock else None), "event": event, **fields}
         line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
         self._file.write(line.encode("utf-8", "replace"))
         self._file.flush()
@@ -131,6 +133,7 @@ def summary(path: Path) -> dict[str, Any]:
         "host": start.get("host", "?"),
         "operator": start.get("operator", "?"),
         "result": _result(end) if end else "did not finish",
+        "drill": start.get("drill"),
     }
 
 

@@ -102,6 +102,7 @@ class SimHost:
     shm: list[SimShm] = field(default_factory=list)
     now: float = 0.0  # the simulated time of the command being answered (set by the drill)
     actions: list[tuple[float, str]] = field(default_factory=list)  # what changed the host, when
+    happened: list[tuple[float, str]] = field(default_factory=list)  # what the host did by itself
     next_pid: int = 20_000
     boot_messages: list[str] = field(default_factory=list)  # the kernel log after a reboot
 
@@ -161,10 +162,10 @@ class SimHost:
         """Reset one GPU; returns why it was refused, or None when it worked."""
         holders = self.holders(gpu)
         self.act(f"reset GPU {gpu.index}")
-        if gpu.lost:
-            return "GPU is lost"
-        if holders:
-            return "In use by another client"
+        refusal = "GPU is lost" if gpu.lost else "In use by another client" if holders else None
+        if refusal is not None:
+            self.happened.append((self.now, f"the reset of GPU {gpu.index} was refused: {refusal}"))
+            return refusal
         if gpu.resets_that_fail > 0:
             gpu.resets_that_fail -= 1
             return "Unknown Error"
@@ -227,7 +228,7 @@ class SimHost:
             if service.died_at is None:
                 service.died_at = self.now
             if service.restart == "always" and self.now >= service.died_at + service.restart_s:
-                self.act(f"{service.name} restarted the server (Restart=always)")
+                self.happened.append((self.now, f"{service.name} restarted the server (Restart=always)"))
                 self.start_service(service)
 
     # -- persistence ---------------------------------------------------------------
@@ -243,6 +244,7 @@ class SimHost:
         data["services"] = [SimService(**s) for s in data.get("services", [])]
         data["shm"] = [SimShm(**s) for s in data.get("shm", [])]
         data["actions"] = [tuple(a) for a in data.get("actions", [])]
+        data["happened"] = [tuple(a) for a in data.get("happened", [])]
         return cls(**data)
 
     def save(self, path: Path) -> None:
