@@ -316,7 +316,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     summaries = [journal_module.summary(p) for p in paths]
     print(
         render.table(
-            [(x["run"], x["operator"], x["result"]) for x in summaries],
+            [
+                (
+                    x["run"],
+                    x["operator"],
+                    x["result"] + (f" (drill: {x['drill']})" if x.get("drill") else ""),
+                )
+                for x in summaries
+            ],
             ("RUN", "OPERATOR", "RESULT"),
         )
     )

@@ -1,0 +1,120 @@
+"""The scenario matrix, proven: each row's drill, over real SSH to the simulated host, ends
+where the expert would, takes exactly the expert's actions, and recovers within 1.5x the
+row's ideal time (simulated)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from runbook_runner.cli import main
+from runbook_runner.drill import TOLERANCE, judge, pick
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.journal import read, summary
+from runbook_runner.simhost.scenarios import MATRIX, SCENARIOS
+from conftest import REPO
+
+
+@pytest.fixture(autouse=True)
+def nothing_real_is_touched(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the drill touched the real machine: {args}")
+
+    monkeypatch.setattr(os, "kill", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+def play(capsys, scenario, *extra):
+    argv = ["drill", scenario.runbook, "--scenario", scenario.name, "--yes", "--json", *extra]
+    if scenario.allow_reboot:
+        argv.append("--allow-reboot")
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+@pytest.mark.parametrize("scenario", MATRIX, ids=[s.name for s in MATRIX])
+def test_the_run_does_what_the_expert_would(capsys, scenario):
+    code, document, _ = play(capsys, scenario)
+    drill = document["drill"]
+    # 1. it ends where the expert would: the goal, or a stop with the right code and words
+    if scenario.ends == "goal":
+        assert code == ExitCode.OK and document["ok"], document["steps"]
+    else:
+        assert code == scenario.exit_code
+        said = " ".join(s.get("message", "") for s in document["steps"])
+        assert scenario.message in said
+    # 2. exactly the expert's actions: nothing signalled, reset, stopped, removed or rebooted beyond
+    assert drill["extra"] == [] and drill["missing"] == [], drill["timeline"]
+    assert set(drill["actions"]) == set(scenario.actions)
+    # 3. in time
+    assert drill["recovery_s"] <= TOLERANCE * scenario.ideal_s, drill
+    assert drill["ok"]
+
+
+def test_the_matrix_has_every_row_of_the_issue_and_each_row_is_complete():
+    assert len(MATRIX) >= 14
+    for name in ("oom-crash", "slow-teardown", "persistence-blocks-reset", "stuck-d-state"):
+        assert name in SCENARIOS  # the drill's first four keep their names
+    for scenario in MATRIX:
+        assert scenario.wrong and scenario.expert and scenario.lesson, scenario.name
+        assert (REPO / "docs" / scenario.page).is_file(), scenario.page
+        assert scenario.ideal_s > 0
+
+
+def test_a_judgement_can_fail_an_extra_action_or_a_slow_run():
+    row = SCENARIOS["oom-crash"]
+    slow = judge(row, [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2")], 1000.0, 1200.0, 0, True, "")
+    assert not slow.in_time and not slow.ok
+    wide = judge(row, [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2"), (1002.0, "reset GPU 5")], 1000.0, 1010.0, 0, True, "")
+    assert wide.extra == ("reset GPU 5",) and not wide.ok
+    short = judge(row, [(1000.0, "reset GPU 0")], 1000.0, 1010.0, 0, True, "")
+    assert short.missing == ("reset GPU 2",) and not short.ok
+
+
+def test_the_debrief_teaches_the_refused_reset_and_the_lesson(capsys):
+    code = main(["drill", "gpu-oom-recovery", "--scenario", "persistence-blocks-reset", "--yes"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK
+    assert "the reset of GPU 2 was refused" in out
+    assert "What an expert does:" in out and "The difference: none" in out
+    assert "Lesson: the smallest blast radius" in out
+    assert "docs/pitfalls/orphaned-gpu-memory.md" in out
+
+
+def test_stuck_d_state_debrief_says_allow_reboot(capsys):
+    code = main(["drill", "gpu-oom-recovery", "--scenario", "stuck-d-state", "--yes"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.GOAL_NOT_MET
+    assert "--allow-reboot" in out
+    assert "--from" not in out.split("Debrief")[1]
+
+
+def test_a_drill_is_marked_in_the_journal_with_simulated_time(capsys, run_journals_in_tmp):
+    main(["drill", "gpu-oom-recovery", "--scenario", "oom-crash", "--yes"])
+    capsys.readouterr()
+    [path] = list(run_journals_in_tmp.glob("*.jsonl"))
+    journal = read(path)
+    start = journal.first("run-start")
+    assert start["drill"] == "oom-crash" and start["simulated_time"] is True
+    assert start["t"].startswith("2026-11-30T01:")  # the simulated clock, not today
+    end = journal.last("drill-end")
+    assert end["actions"] == ["reset GPU 0", "reset GPU 2"]
+    assert summary(path)["drill"] == "oom-crash"
+    assert main(["runs"]) == 0
+    assert "drill: oom-crash" in capsys.readouterr().out
+
+
+def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatch):
+    monkeypatch.setattr("runbook_runner.drill.random.choice", lambda names: "leaked-shm")
+    code = main(["drill", "gpu-oom-recovery", "--scenario", "random", "--yes"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK
+    before, after = out.split("Debrief")
+    assert "Drill: a scenario picked at random" in before
+    assert "Drill: leaked-shm" not in before and SCENARIOS["leaked-shm"].teaches not in before
+    assert "Debrief: leaked-shm" in "Debrief" + after
+    assert pick("oom-crash") == "oom-crash"
