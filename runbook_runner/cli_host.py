@@ -83,9 +83,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         observed = Runner(runbook, params, transport).check_goal("now")
     ok = all(r.ok for r in observed.results)
     console.report_state(out, runbook, observed, "State:")
-    out.line(
-        out.style("goal holds", "green") if ok else out.style("goal does NOT hold", "red", "bold")
-    )
+    if ok:
+        out.line(out.style("goal holds", "green"))
+    elif any(not r.ok and not r.cannot_tell for r in observed.results):
+        out.line(out.style("goal does NOT hold", "red", "bold"))
+    else:
+        out.line(out.style("cannot tell whether the goal holds: see ???? above", "yellow", "bold"))
     if args.json:
         document = {
             "runbook": runbook.name,
@@ -96,7 +99,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             "checks": [r.to_json() for r in observed.results],
         }
         print(json.dumps(document, indent=2))
-    return ExitCode.OK if ok else ExitCode.GOAL_NOT_MET
+    if ok:
+        return ExitCode.OK
+    failing = any(not r.ok and not r.cannot_tell for r in observed.results)
+    return ExitCode.GOAL_NOT_MET if failing else ExitCode.CANNOT_TELL
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -42,6 +42,14 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     if step.run:
         lines += [_fence(step.run.source), ""]
     facts = []
+    if step.fixes:
+        fixes = ", ".join(f"[`{c}`](#check-{c})" for c in step.fixes)
+        facts.append(
+            f"Runs only while one of {fixes} is failing; where that cannot be told, it is "
+            "blocked and the run stops before it."
+        )
+    if step.when is not None:
+        facts.append(f"Runs only when `{step.when.source}`.")
     if step.for_each_failing:
         facts.append(
             f"Runs once for each item that fails [`{step.for_each_failing}`](#check-{step.for_each_failing}), "
@@ -58,6 +66,13 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
             f"Then waits up to {seconds_text(step.wait.timeout)} (polling every "
             f"{seconds_text(step.wait.interval)}) until {until} hold."
         )
+        if step.wait.settle is not None:
+            left = ", ".join(f"[`{c}`](#check-{c})" for c in step.wait.nothing_left)
+            facts.append(
+                f"Stops waiting early when nothing changed for {seconds_text(step.wait.settle)}"
+                + (f" and {left} hold" if left else "")
+                + ": waiting cannot help then."
+            )
     if step.root:
         facts.append("Needs root: runs through `sudo -n` when you do not log in as root.")
     facts.append(

@@ -79,6 +79,11 @@ def _step_flags(step: Step, goal: tuple[str, ...]) -> str:
         flags.append(f"DESTRUCTIVE, affects {step.affects}")
     if step.root:
         flags.append("needs root")
+    if step.fixes:
+        fixes = "the goal" if set(step.fixes) == set(goal) else ", ".join(step.fixes)
+        flags.append(f"runs only while {fixes} fails")
+    if step.when is not None:
+        flags.append(f"when {step.when.source}")
     if step.for_each_failing:
         flags.append(f"once per item failing {step.for_each_failing}")
     if step.reboots:
@@ -129,6 +134,10 @@ def runbook_details(runbook: Runbook) -> str:
             rule = f"no {c.none}" + (f" where {c.where.source}" if c.where else "")
         else:
             rule = c.expect.source if c.expect else ""
+        if c.within is not None:
+            rule += f" (only items matching a failing {c.within.failing} by {c.within.match})"
+        if c.over and c.empty_ok:
+            rule += " (an empty list is ok)"
         out.append(f" {mark}{c.name}: {c.description}")
         out.append(f"      {rule}")
     out += ["", "Steps:"]
@@ -145,6 +154,12 @@ def runbook_details(runbook: Runbook) -> str:
                 f"     waits up to {seconds_text(wait.timeout)} "
                 f"(every {seconds_text(wait.interval)}) for: {until}"
             )
+            if wait.settle is not None:
+                left = ", ".join(wait.nothing_left) or "-"
+                out.append(
+                    f"     ends early after {seconds_text(wait.settle)} without progress "
+                    f"once these hold: {left}"
+                )
     return "\n".join(out)
 
 
@@ -205,7 +220,12 @@ def memory_line(memory: Memory) -> str:
 def check_lines(results: Sequence[CheckResult], runbook: Runbook, style: Style) -> str:
     lines = []
     for result in results:
-        mark = style("ok  ", "green") if result.ok else style("FAIL", "red", "bold")
+        if result.ok:
+            mark = style("ok  ", "green")
+        elif result.cannot_tell:
+            mark = style("????", "yellow", "bold")  # cannot tell: neither ok nor failing
+        else:
+            mark = style("FAIL", "red", "bold")
         lines.append(f"  {mark} {result.name}: {result.message}")
         hint = runbook.checks[result.name].hint
         if not result.ok and hint:

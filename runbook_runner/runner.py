@@ -217,10 +217,16 @@ class Runner:
         items: list[Any] = list(trigger) or [None]
         targets = tuple(_target(item) for item in items if item is not None)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
-        sent = tuple(self.render(step.run, item) for item in items) if step.run else ()
-        commands = (
-            tuple(self.render(step.run, item, masked=True) for item in items) if step.run else ()
+        # Items that give the same command (one PID holding two GPUs) send it once.
+        pairs = (
+            {
+                self.render(step.run, item): self.render(step.run, item, masked=True)
+                for item in items
+            }
+            if step.run
+            else {}
         )
+        sent, commands = tuple(pairs), tuple(pairs.values())
         self.on_event(StepStarting(step, number, total, commands))
         if dry_run:
             return record("planned", "dry run: not executed", commands=commands, targets=targets)

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from runbook_runner import expr
-from runbook_runner.observe import PARSERS
+from runbook_runner.observe import CONDITIONS, PARSERS
 from runbook_runner.observe.state import field_kinds, field_names
 from runbook_runner.template import Interpolated, Template
 from runbook_runner.yamlsource import Mark, Path, Problem, Source
@@ -288,7 +288,7 @@ class _Semantics:
         for offset, message in typing.problems:
             self.error(path, message, base + offset)
         if want is not None and kind is not None and kind != want and not typing.problems:
-            self.error(path, f"{text.strip()!r} is a {kind}, not a condition (true or false)", base)
+            self.error(path, f"{text.strip()} is a {kind}, not a condition (true or false)", base)
         return kind
 
     def aggregate_problem(self, name: str) -> str | None:
@@ -535,7 +535,7 @@ class _Types:
 
     def need(self, node: expr.Node, kind: str | None, wanted: str, what: str) -> None:
         if kind is not None and kind != wanted and kind != "any":
-            self.problem(node, f"{what} needs a {wanted}, but {self.text(node)!r} is a {kind}")
+            self.problem(node, f"{what} needs a {wanted}, but {self.text(node)} is a {kind}")
 
     def kind(self, node: expr.Node) -> str | None:
         if isinstance(node, expr.Literal):
@@ -559,12 +559,13 @@ class _Types:
                 self.need(node.right, right, "boolean", f"'{node.op}'")
                 return "boolean"
             if node.op in {"==", "!=", "<", "<=", ">", ">="}:
+                self.condition_names(node)
                 known = {left, right} - {None, "any"}
                 if len(known) == 2:
                     self.problem(
                         node,
-                        f"cannot compare {self.text(node.left)!r} (a {left}) with "
-                        f"{self.text(node.right)!r} (a {right})",
+                        f"cannot compare {self.text(node.left)} (a {left}) with "
+                        f"{self.text(node.right)} (a {right})",
                     )
                 return "boolean"
             self.need(node.left, left, "number", f"'{node.op}'")
@@ -573,6 +574,22 @@ class _Types:
         if isinstance(node, expr.Call):
             return self.call(node)
         return None
+
+    def condition_names(self, node: expr.Binary) -> None:
+        """``gpus.condition == 'gpu-lots'`` is a typo: name the conditions there are."""
+        for name, other in ((node.left, node.right), (node.right, node.left)):
+            if (
+                isinstance(name, expr.Name)
+                and name.path.endswith(".condition")
+                and isinstance(other, expr.Literal)
+                and isinstance(other.value, str)
+                and other.value not in CONDITIONS
+            ):
+                self.problem(
+                    other,
+                    f"no observation condition is called {other.value!r}"
+                    + _suggest(other.value, list(CONDITIONS)),
+                )
 
     def call(self, node: expr.Call) -> str | None:
         function = node.function

@@ -116,3 +116,22 @@ def test_console_script_is_installed():
     result = subprocess.run(["runbook", "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0
     assert result.stdout.startswith("runbook-runner ")
+
+
+def test_validate_counts_in_singular_and_plural(in_repo, capsys, tmp_path):
+    one = tmp_path / "one.yaml"
+    one.write_text(
+        "name: one\ntitle: t\nsummary: s\n"
+        "observations: {memory: {command: free -b, parser: free}}\n"
+        "checks: {c: {description: d, expect: memory.free_bytes > 'x'}}\n"
+        "goal: [c]\nsteps:\n  - {id: s, title: t, run: 'true'}\n"
+    )
+    code, out, err = run_cli(capsys, "validate", str(one))
+    assert code == ExitCode.BAD_INPUT
+    assert "cannot compare memory.free_bytes (a number) with 'x' (a string)" in out
+    assert err.strip().endswith("1 of 1 runbook invalid, 1 error")
+    code, out, _ = run_cli(
+        capsys, "validate", str(REPO / "tests" / "runbooks" / "mini-recovery.yaml")
+    )
+    assert code == ExitCode.OK
+    assert "ok (5 steps)" in out

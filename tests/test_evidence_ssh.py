@@ -89,7 +89,7 @@ def test_unknown_gpu_state_blocks_the_destructive_rungs_and_exits_6(gpu_host, ca
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *FAST)
     assert code == ExitCode.CANNOT_TELL, out
     assert not any(change in line for line in sent(gpu_host) for change in GPU_CHANGES)
-    assert "stopped before step 'stop-server': blocked: cannot tell:" in out
+    assert "stopped before step 'stop-server-unit': blocked: cannot tell:" in out
     assert "exited 127 (command not found)" in out
     assert "fix: install the command gpus runs" in out
 
@@ -314,3 +314,17 @@ def test_the_prompt_lists_the_exact_pids_it_will_signal(gpu_host):
     assert f"acts on {len(pids)} observed items:" in done.stdout
     for pid in pids:
         assert f"- PID {pid} [" in done.stdout
+
+
+def test_check_says_cannot_tell_and_exits_6_when_nothing_fails_but_gpus_cannot_be_read(
+    gpu_host, capsys
+):
+    gpu_host.set_state(eight_gpu_server())
+    state = gpu_host.state()
+    state.missing_commands = ["nvidia-smi"]
+    gpu_host.set_state(state)
+    code = main(["check", RECOVERY, *gpu_host.cli_args()])
+    out = capsys.readouterr()[0]
+    assert code == ExitCode.CANNOT_TELL
+    assert "???? gpu-memory-released" in out
+    assert "cannot tell whether the goal holds" in out

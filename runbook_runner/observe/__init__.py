@@ -109,3 +109,14 @@ PARSERS: dict[str, Parser] = {
         LaunchConfig, False, _launch, "an sglang.launch_server command line", "the launch command"
     ),
 }
+
+# What ``NAME.condition`` can be: 'ok', the runner's reasons an observation could not be
+# made, and the failures nvidia-smi prints (nvidia_smi._FAILURES).
+CONDITIONS: tuple[str, ...] = (
+    "ok",
+    "failed",
+    "not-found",
+    "timed-out",
+    "unparsable",
+    *nvidia_smi.CONDITIONS,
+)

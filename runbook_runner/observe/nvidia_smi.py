@@ -48,6 +48,9 @@ _FAILURES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 
 
+CONDITIONS = tuple(condition for condition, _, _ in _FAILURES)
+
+
 class NvidiaSmiFailure(ParseError):
     """nvidia-smi reported a failure instead of data."""
 

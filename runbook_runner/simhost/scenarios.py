@@ -246,6 +246,12 @@ def host_ram_unpinning() -> SimHost:
     return host
 
 
+def host_ram_leak() -> SimHost:
+    host = eight_gpu_server()
+    host.leaked_host_bytes = 120 * GIB  # held where no /dev/shm file shows it; every GPU is clean
+    return host
+
+
 def nvidia_smi_missing() -> SimHost:
     host = eight_gpu_server()
     host.missing_commands = ["nvidia-smi"]
@@ -427,6 +433,21 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=45,
         lesson="host RAM and GPU memory are separate ladders; unpinning takes tens of seconds",
         page="pitfalls/host-memory-after-kill.md",
+    ),
+    Scenario(
+        "host-ram-leak",
+        "120 GiB of host RAM held while every GPU is clean and no /dev/shm file explains it: "
+        "no GPU rung may run for a host-memory problem; the last resort asks",
+        host_ram_leak,
+        wrong="120 GiB of host RAM used by nothing the runbook can see; GPUs clean",
+        expert="no GPU action; look where the memory is (Shmem, slabs); a reboot only if asked",
+        actions=(),
+        ideal_s=45,
+        lesson="a host-RAM problem never climbs the GPU ladder",
+        page="pitfalls/host-memory-after-kill.md",
+        ends="stopped",
+        exit_code=1,
+        message="needs --allow-reboot",
     ),
     Scenario(
         "nvidia-smi-missing",
