@@ -176,7 +176,7 @@ def _execute_run(
             if drill is not None:
                 drill.journal = journal.path
             journal.close()
-    console.closing(out, report, host, confirmer)
+    console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
     code = _exit_code(args, report, confirmer)
     if args.json:
         after = report.after
@@ -347,6 +347,7 @@ class DrillHooks:
         self.journal_clock = lambda: EPOCH + clock()
         self.judge = judge  # (report, exit code) -> drill.Judgement
         self.journal: Path | None = None
+        self.retry = f"runbook drill NAME --scenario {scenario} --yes --allow-reboot"
 
     def summary(self, report: RunReport, code: int) -> dict[str, Any]:
         return dict(self.judge(report, code).to_json())
@@ -412,6 +413,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
             )
 
         hooks = DrillHooks(name, drill.host.clock.now, judge)
+        hooks.retry = hooks.retry.replace("NAME", args.runbook)
         code, report = _execute_run(
             args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep, drill=hooks
         )

@@ -175,7 +175,10 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
     return on_event
 
 
-def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> None:
+def closing(
+    out: Output, report: RunReport, host: str, confirmer: Confirmer, retry: str | None = None
+) -> None:
+    """The run's last lines; ``retry``: the command to allow a refused reboot (a drill's own)."""
     runbook = report.runbook
     if report.before and report.after:
         out.line(out.style("Before:", "bold"))
@@ -193,10 +196,11 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
         )
     elif report.declined and confirmer.reboot_blocked:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        step = next(r.id for r in report.steps if r.status == "declined")
-        out.line(
-            f"  next: reboot the host: runbook run {runbook.name} --host ... --from {step} --allow-reboot"
-        )
+        declined = next(r for r in report.steps if r.status == "declined")
+        for target in declined.targets:
+            out.line(f"  because of: {target}")
+        again = retry or f"runbook run {runbook.name} --host ... --from {declined.id} --allow-reboot"
+        out.line(f"  next: reboot the host: {again}")
     elif report.declined:
         out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
     elif report.ok:

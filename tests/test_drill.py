@@ -93,7 +93,8 @@ def test_stuck_d_state_stops_before_reboot_and_names_it(capsys):
     assert code == ExitCode.GOAL_NOT_MET
     assert "reboot-for-stuck         declined  (needs --allow-reboot)" in out
     assert changes(out) == ["nothing"]
-    assert "process 4123 [D]" in out
+    assert "because of: PID 4123 [D]" in out
+    assert "--scenario stuck-d-state --yes --allow-reboot" in out
 
 
 def test_stuck_d_state_with_allow_reboot_reboots_and_comes_back(capsys):

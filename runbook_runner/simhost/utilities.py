@@ -105,6 +105,12 @@ def _cut(shell: Shell, args: list[str], stdin: str) -> int:
     return 0
 
 
+def _rm(shell: Shell, args: list[str], stdin: str) -> int:
+    from runbook_runner.simhost.commands import rm
+
+    return rm(shell.env, args)
+
+
 def _true(shell: Shell, args: list[str], stdin: str) -> int:
     return 0
 
@@ -262,6 +268,7 @@ UTILITIES: dict[str, Utility] = {
     "wc": _wc,
     "cat": _cat,
     "cut": _cut,
+    "rm": _rm,
     "true": _true,
     ":": _true,
     "false": _false,
