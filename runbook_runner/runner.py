@@ -192,7 +192,7 @@ class Runner:
             elif report.reached_by is None and skipped_for_goal and last_executed:
                 # A rung skipped because the goal holds: the rung before it did the work.
                 report.reached_by = last_executed
-            if record.status not in {"skipped", "planned"}:
+            if record.status not in {"skipped", "planned", "blocked"}:
                 last_executed = step.id
             if record.status in {"failed", "timed_out", "unknown"} and step.on_failure == "stop":
                 break
@@ -494,4 +494,6 @@ def _failure_message(result: CommandResult, step: Step) -> str:
 def _target(item: Any) -> str:
     """How a confirmation names an observed item: 'PID 4120 (...)', 'GPU 0 (00000000:18:00.0, /dev/nvidia0)'."""
     target = getattr(item, "target", None)
-    return str(target()) if callable(target) else str(item.describe())
+    text = str(target()) if callable(target) else str(item.describe())
+    # Host text is data: no control character of it reaches the operator's terminal.
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)

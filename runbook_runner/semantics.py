@@ -66,6 +66,18 @@ def blast_radius_warnings(source: Source) -> list[Problem]:
         declared = spec.get("affects")
         if spec.get("destructive") is not True or declared not in _RADIUS:
             continue
+        if declared != "node" and _acts_on_node_wide_holders(source.data, spec):
+            found.append(
+                Problem(
+                    source.mark_of(("steps", i, "for_each_failing")),
+                    ("steps", i, "for_each_failing"),
+                    f"warning: its items include the holders of /dev/nvidiactl and "
+                    f"/dev/nvidia-uvm (every CUDA process of the node), wider than "
+                    f"'affects: {declared}': scope the check with 'within' or "
+                    "\"where: not node_wide\", or declare 'affects: node'",
+                )
+            )
+            continue
         for pattern, needs, why in _WIDE_COMMANDS:
             if pattern.search(spec["run"]) and _RADIUS.index(needs) > _RADIUS.index(declared):
                 found.append(
@@ -89,6 +101,19 @@ def _suggest(name: str, known: list[str]) -> str:
     if close:
         return f"; did you mean {close[0]!r}?"
     return f" (defined: {', '.join(sorted(known))})" if known else " (none are defined)"
+
+
+def _acts_on_node_wide_holders(data: dict[str, Any], step: dict[str, Any]) -> bool:
+    """A step per item of a device-holders check that neither scopes nor filters node-wide files."""
+    check = _mapping(data.get("checks")).get(str(step.get("for_each_failing")))
+    if not isinstance(check, dict) or "within" in check:
+        return False
+    over = str(check.get("every", check.get("none")))
+    observation = _mapping(data.get("observations")).get(over)
+    if not isinstance(observation, dict) or observation.get("parser") != "device-holders":
+        return False
+    where = check.get("where")
+    return not (isinstance(where, str) and "node_wide" in where)
 
 
 class _Semantics:

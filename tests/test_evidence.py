@@ -201,3 +201,29 @@ steps:
     assert warning.startswith("w.yaml:10:")
     assert "warning: the command reaches wider than 'affects: process'" in warning
     assert "declare 'affects: node'" in warning
+
+
+def test_validate_warns_when_items_include_node_wide_holders():
+    runbook = loads(
+        b"""name: w
+title: t
+summary: s
+observations:
+  holders: {command: fuser -v /dev/nvidia* 2>&1, parser: device-holders, ok_exit: [0, 1]}
+checks:
+  none-left: {description: d, none: holders, empty: ok}
+goal: [none-left]
+steps:
+  - id: k
+    title: t
+    run: kill -KILL {{ item.pid }}
+    for_each_failing: none-left
+    destructive: true
+    affects: process
+    fixes: goal
+""",
+        "w.yaml",
+    )
+    (warning,) = runbook.warnings
+    assert warning.startswith("w.yaml:13:")
+    assert "holders of /dev/nvidiactl and /dev/nvidia-uvm" in warning

@@ -172,12 +172,15 @@ def test_check_json_reports_missing_values_as_null(gpu_host, capsys):
     state = eight_gpu_server(driver_loaded=False)
     gpu_host.set_state(state)
     code, out, _ = cli(capsys, gpu_host, "check", HEALTH, "--json")
-    assert code == ExitCode.GOAL_NOT_MET
     document = json.loads(out)
+    # The GPUs cannot be read: 6, unless a check of this machine's real ps fails (a zombie).
+    seen_failing = any(c["status"] == "failing" for c in document["checks"])
+    assert code == (ExitCode.GOAL_NOT_MET if seen_failing else ExitCode.CANNOT_TELL)
     assert document["state"]["gpus"] is None
     assert "driver is not loaded" in document["state"]["unavailable"]["gpus"]
-    failing = {c["name"]: c["message"] for c in document["checks"] if not c["ok"]}
-    assert "the NVIDIA driver is not loaded" in failing["gpu-memory-released"]
+    failing = {c["name"]: c for c in document["checks"] if not c["ok"]}
+    assert "the NVIDIA driver is not loaded" in failing["gpu-memory-released"]["message"]
+    assert failing["gpu-memory-released"]["status"] == "cannot-tell"
 
 
 def test_a_reset_that_keeps_failing_escalates_to_exit_1_with_the_hint(gpu_host, capsys):

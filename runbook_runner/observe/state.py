@@ -101,6 +101,9 @@ class TextLine:
     def describe(self) -> str:
         return repr(self.text)
 
+    def target(self) -> str:
+        return str(self.text)
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
