@@ -31,6 +31,15 @@ class Gpu:
     temperature_c: float | None = _f("temperature.gpu", "°C")
     persistence_mode: str | None = _f("persistence_mode")
     minor_number: int | None = _f("minor number")  # N of /dev/nvidiaN (not always the index)
+    # What a node-health check in the field looks at (None where the GPU does not report it):
+    pcie_gen_current: int | None = _f("pcie.link.gen.current")
+    pcie_gen_max: int | None = _f("pcie.link.gen.max")
+    pcie_width_current: int | None = _f("pcie.link.width.current")
+    pcie_width_max: int | None = _f("pcie.link.width.max")
+    clocks_event_reasons: int | None = _f("clocks_event_reasons.active")  # a bit mask
+    ecc_uncorrected_volatile: int | None = _f("ecc.errors.uncorrected.volatile.total")
+    retired_pages_pending: str | None = _f("retired_pages.pending")  # Yes / No
+    remapped_rows_pending: str | None = _f("remapped_rows.pending")  # Yes / No
 
     def describe(self) -> str:
         return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"

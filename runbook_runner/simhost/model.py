@@ -26,6 +26,10 @@ class SimGpu:
     draining_mib_per_read: int = 0  # orphaned memory that falls by this much each time it is read
     lost: bool = False  # fallen off the bus (Xid 79): nvidia-smi cannot reach it; only a reboot helps
     persistence_blocks_reset: bool = False  # a reset is refused while this GPU is in persistence mode
+    pcie_width: int = 16  # the link trained at this width (x16 at most)
+    clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
+    ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded
+    rows_pending: bool = False  # a row remapping waits for the next reset
 
     @property
     def minor_number(self) -> int:
