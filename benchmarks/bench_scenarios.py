@@ -41,7 +41,9 @@ def main() -> int:
     args = parser.parse_args()
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda s: play(s, args.runbook), MATRIX))
-    print("| scenario | ends | recovery (simulated) | ideal | ratio | actions taken | expert's | verdict |")
+    print(
+        "| scenario | ends | recovery (simulated) | ideal | ratio | actions taken | expert's | verdict |"
+    )
     print("|---|---|---:|---:|---:|---|---|---|")
     failed = 0
     for scenario, row in zip(MATRIX, rows, strict=True):
@@ -60,7 +62,9 @@ def main() -> int:
             f"| {scenario.name} | {ends} | {recovery:.0f} s | {ideal:.0f} s | "
             f"{recovery / ideal:.2f}x | {_short(taken)} | {_short(expert)} | {verdict} |"
         )
-    print(f"\n{len(MATRIX) - failed} of {len(MATRIX)} rows as the expert would (time within {TOLERANCE}x).")
+    print(
+        f"\n{len(MATRIX) - failed} of {len(MATRIX)} rows as the expert would (time within {TOLERANCE}x)."
+    )
     return 1 if failed else 0
 
 
@@ -72,7 +76,9 @@ def _group(actions: list[str]) -> str:
     for action in actions:
         verb, _, target = action.rpartition(" ")
         groups.setdefault(verb or action, []).append(target if verb else "")
-    return "; ".join(f"{verb} {' '.join(t for t in targets if t)}".strip() for verb, targets in groups.items())
+    return "; ".join(
+        f"{verb} {' '.join(t for t in targets if t)}".strip() for verb, targets in groups.items()
+    )
 
 
 def _short(text: str, limit: int = 90) -> str:

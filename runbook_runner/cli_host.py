@@ -373,7 +373,9 @@ def cmd_drill(args: argparse.Namespace) -> int:
         if named:
             out.line(out.style(f"Drill: {name}", "bold") + f": {scenario.teaches}.")
         else:
-            out.line(out.style("Drill: a scenario picked at random", "bold") + " (the debrief names it).")
+            out.line(
+                out.style("Drill: a scenario picked at random", "bold") + " (the debrief names it)."
+            )
         out.line(
             f"A simulated 8 x RTX PRO 6000 server with 449 GiB of RAM answers over SSH on "
             f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
@@ -423,8 +425,8 @@ def cmd_drill(args: argparse.Namespace) -> int:
                 journal = journal_module.Journal(hooks.journal, hooks.journal_clock)
                 journal.write("drill-end", **judgement.to_json())
                 journal.close()
-            happened = [(t - started, e) for t, e in drill.host.host.happened]
-            console.debrief(out, report, judgement, happened)
+            timeline = [(t - started, what, by) for t, what, by in drill.host.host.timeline]
+            console.debrief(out, report, judgement, timeline)
         return code
     finally:
         drill.close()

@@ -199,7 +199,9 @@ def closing(
         declined = next(r for r in report.steps if r.status == "declined")
         for target in declined.targets:
             out.line(f"  because of: {target}")
-        again = retry or f"runbook run {runbook.name} --host ... --from {declined.id} --allow-reboot"
+        again = (
+            retry or f"runbook run {runbook.name} --host ... --from {declined.id} --allow-reboot"
+        )
         out.line(f"  next: reboot the host: {again}")
     elif report.declined:
         out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
@@ -221,16 +223,18 @@ def closing(
 
 
 SITE = "docs/"  # pages are named by their path in the repository's docs/ folder
+XID_CATALOG = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
 def debrief(
     out: Output,
     report: RunReport | None,
     judgement: Judgement,
-    happened: list[tuple[float, str]] | None = None,
+    timeline: list[tuple[float, str, bool]] | None = None,
 ) -> None:
     """The end of a drill: what was wrong, what the run did, what an expert does, the
-    difference, time to recovery against the ideal, and the lesson with its page."""
+    difference, time to recovery against the ideal, and the lesson with its page.
+    ``timeline``: (seconds from the start, what, done by the host itself), in order."""
     if report is None:
         return
     style = out.style
@@ -238,13 +242,20 @@ def debrief(
     out.line("")
     out.line(style(f"Debrief: {scenario.name}", "bold"))
     out.line(f"  What was wrong: {scenario.wrong}")
+    xids = report.before.state.get("xids") if report.before is not None else None
+    for event in xids if isinstance(xids, tuple) else ():
+        out.line(
+            f"  The kernel logged: Xid {event.code} on {event.pci}: {event.action} "
+            f"({event.meaning}); NVIDIA's Xid catalog: {XID_CATALOG}"
+        )
     out.line("  What the run did:")
-    for at, action in judgement.taken:
-        out.line(f"    +{at:5.0f} s  {action}")
+    if timeline is None:
+        timeline = [(at, action, False) for at, action in judgement.taken]
+    for at, what, by_host in timeline:
+        line = f"    +{at:5.0f} s  " + (f"(the host: {what})" if by_host else what)
+        out.line(style(line, "dim") if by_host else line)
     if not judgement.taken:
         out.line("    nothing to the host (it only looked)")
-    for at, event in happened or []:
-        out.line(style(f"    +{at:5.0f} s  (the host: {event})", "dim"))
     out.line(f"  What an expert does: {scenario.expert}")
     for action in scenario.actions:
         out.line(f"    {action}")
@@ -266,7 +277,11 @@ def debrief(
     )
     out.line(style(timing, "green" if judgement.in_time else "yellow"))
     if not judgement.ended_right:
-        want = "the goal reached" if scenario.ends == "goal" else f"a stop (exit {scenario.exit_code}: {scenario.message})"
+        want = (
+            "the goal reached"
+            if scenario.ends == "goal"
+            else f"a stop (exit {scenario.exit_code}: {scenario.message})"
+        )
         out.line(style(f"  It did not end where the expert would: {want}", "red", "bold"))
     out.line("  Rungs:")
     for record in report.steps:

@@ -40,7 +40,8 @@ def checks_on(text: str) -> dict[str, object]:
 def test_a_degraded_gpu_fails_each_field_check_and_a_healthy_one_passes():
     results = checks_on(fixture_text("nvidia-smi/constructed-health-query-gpu-degraded.txt"))
     for name, result in results.items():
-        assert not result.ok and not result.cannot_tell, name
+        assert not result.ok, name
+        assert not result.cannot_tell, name
         failing = [g.index for g in result.failing]
         if name == "no-hardware-throttling":
             assert failing == [1, 2]  # HW slowdown (0x8); thermal (0x40) with a power cap
@@ -66,14 +67,18 @@ def test_xid_lines_carry_the_catalogs_immediate_action_and_unknown_codes_are_loo
         (48, "0000:18:00", "RESET_GPU"),
         (119, "0000:28:00", LOOK_IT_UP),  # not mapped here: read the catalog, never guess
     ]
-    assert events[0].pid == 4123 and events[1].pid is None
+    assert events[0].pid == 4123
+    assert events[1].pid is None
     assert CATALOG_URL in events[2].meaning
 
 
 def test_xids_since_boot_fail_the_health_goal_with_their_action():
-    state = {"xids": parse_xid("NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus.\n")}
+    state = {
+        "xids": parse_xid("NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus.\n")
+    }
     result = evaluate_check(HEALTH.checks["no-xid-since-boot"], HEALTH, state, {})
-    assert not result.ok and "Xid 79 on 0000:48:00 (RESTART_BM" in result.message
+    assert not result.ok
+    assert "Xid 79 on 0000:48:00 (RESTART_BM" in result.message
 
 
 def test_node_health_is_read_only():

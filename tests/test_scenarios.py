@@ -10,12 +10,12 @@ import subprocess
 
 import pytest
 
+from conftest import REPO
 from runbook_runner.cli import main
 from runbook_runner.drill import TOLERANCE, judge, pick
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.journal import read, summary
 from runbook_runner.simhost.scenarios import MATRIX, SCENARIOS
-from conftest import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -42,13 +42,15 @@ def test_the_run_does_what_the_expert_would(capsys, scenario):
     drill = document["drill"]
     # 1. it ends where the expert would: the goal, or a stop with the right code and words
     if scenario.ends == "goal":
-        assert code == ExitCode.OK and document["ok"], document["steps"]
+        assert code == ExitCode.OK, document["steps"]
+        assert document["ok"]
     else:
         assert code == scenario.exit_code
         said = " ".join(s.get("message", "") for s in document["steps"])
         assert scenario.message in said
     # 2. exactly the expert's actions: nothing signalled, reset, stopped, removed or rebooted beyond
-    assert drill["extra"] == [] and drill["missing"] == [], drill["timeline"]
+    assert drill["extra"] == [], drill["timeline"]
+    assert drill["missing"] == [], drill["timeline"]
     assert set(drill["actions"]) == set(scenario.actions)
     # 3. in time
     assert drill["recovery_s"] <= TOLERANCE * scenario.ideal_s, drill
@@ -60,19 +62,34 @@ def test_the_matrix_has_every_row_of_the_issue_and_each_row_is_complete():
     for name in ("oom-crash", "slow-teardown", "persistence-blocks-reset", "stuck-d-state"):
         assert name in SCENARIOS  # the drill's first four keep their names
     for scenario in MATRIX:
-        assert scenario.wrong and scenario.expert and scenario.lesson, scenario.name
+        assert scenario.wrong, scenario.name
+        assert scenario.expert, scenario.name
+        assert scenario.lesson, scenario.name
         assert (REPO / "docs" / scenario.page).is_file(), scenario.page
         assert scenario.ideal_s > 0
 
 
 def test_a_judgement_can_fail_an_extra_action_or_a_slow_run():
     row = SCENARIOS["oom-crash"]
-    slow = judge(row, [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2")], 1000.0, 1200.0, 0, True, "")
-    assert not slow.in_time and not slow.ok
-    wide = judge(row, [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2"), (1002.0, "reset GPU 5")], 1000.0, 1010.0, 0, True, "")
-    assert wide.extra == ("reset GPU 5",) and not wide.ok
+    slow = judge(
+        row, [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2")], 1000.0, 1200.0, 0, True, ""
+    )
+    assert not slow.in_time
+    assert not slow.ok
+    wide = judge(
+        row,
+        [(1000.0, "reset GPU 0"), (1001.0, "reset GPU 2"), (1002.0, "reset GPU 5")],
+        1000.0,
+        1010.0,
+        0,
+        True,
+        "",
+    )
+    assert wide.extra == ("reset GPU 5",)
+    assert not wide.ok
     short = judge(row, [(1000.0, "reset GPU 0")], 1000.0, 1010.0, 0, True, "")
-    assert short.missing == ("reset GPU 2",) and not short.ok
+    assert short.missing == ("reset GPU 2",)
+    assert not short.ok
 
 
 def test_the_debrief_teaches_the_refused_reset_and_the_lesson(capsys):
@@ -80,7 +97,8 @@ def test_the_debrief_teaches_the_refused_reset_and_the_lesson(capsys):
     out = capsys.readouterr().out
     assert code == ExitCode.OK
     assert "the reset of GPU 2 was refused" in out
-    assert "What an expert does:" in out and "The difference: none" in out
+    assert "What an expert does:" in out
+    assert "The difference: none" in out
     assert "Lesson: the smallest blast radius" in out
     assert "docs/pitfalls/orphaned-gpu-memory.md" in out
 
@@ -99,7 +117,8 @@ def test_a_drill_is_marked_in_the_journal_with_simulated_time(capsys, run_journa
     [path] = list(run_journals_in_tmp.glob("*.jsonl"))
     journal = read(path)
     start = journal.first("run-start")
-    assert start["drill"] == "oom-crash" and start["simulated_time"] is True
+    assert start["drill"] == "oom-crash"
+    assert start["simulated_time"] is True
     assert start["t"].startswith("2026-11-30T01:")  # the simulated clock, not today
     end = journal.last("drill-end")
     assert end["actions"] == ["reset GPU 0", "reset GPU 2"]
@@ -115,6 +134,7 @@ def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatc
     assert code == ExitCode.OK
     before, after = out.split("Debrief")
     assert "Drill: a scenario picked at random" in before
-    assert "Drill: leaked-shm" not in before and SCENARIOS["leaked-shm"].teaches not in before
+    assert "Drill: leaked-shm" not in before
+    assert SCENARIOS["leaked-shm"].teaches not in before
     assert "Debrief: leaked-shm" in "Debrief" + after
     assert pick("oom-crash") == "oom-crash"

@@ -255,6 +255,7 @@ def bit_mask(value: str | None, what: str) -> int | None:
     except ValueError:
         raise ParseError(f"{what}: {value[:40]!r} is not a hexadecimal bit mask") from None
 
+
 _PROCESS_SPEC: dict[str, tuple[tuple[str, ...], Callable[[str | None, str], Any] | None]] = {
     "pid": (("pid",), integer),
     "process_name": (("process_name", "name"), None),

@@ -9,10 +9,9 @@ that a runbook can fall back to its parameters (``coalesce``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
-
-import dataclasses
 
 from runbook_runner.errors import ParseError
 from runbook_runner.observe.state import LaunchConfig
@@ -39,7 +38,9 @@ _TYPES = {
 }
 
 
-_LAUNCH_LINE = re.compile(r"(?:^|\s)-m\s+sglang\.launch_server(?:\s|$)|(?:^|[\s/])sglang\s+serve(?:\s|$)")
+_LAUNCH_LINE = re.compile(
+    r"(?:^|\s)-m\s+sglang\.launch_server(?:\s|$)|(?:^|[\s/])sglang\s+serve(?:\s|$)"
+)
 
 
 def parse_launch(text: str) -> LaunchConfig:

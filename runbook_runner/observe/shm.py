@@ -18,7 +18,9 @@ import re
 from runbook_runner.errors import ParseError
 from runbook_runner.observe.state import ShmSegment
 
-_ROW = re.compile(r"^(?P<size>\d+) (?P<owner>\S+) (?P<mtime>\d+) (?P<held>held|free) (?P<path>/\S+)$")
+_ROW = re.compile(
+    r"^(?P<size>\d+) (?P<owner>\S+) (?P<mtime>\d+) (?P<held>held|free) (?P<path>/\S+)$"
+)
 
 
 def parse_shm(text: str) -> tuple[ShmSegment, ...]:

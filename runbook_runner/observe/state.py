@@ -199,7 +199,15 @@ class Unavailable:
 
 
 Record = (
-    Gpu | GpuProcess | Memory | HostProcess | TextLine | LaunchConfig | DeviceHolder | XidEvent | ShmSegment
+    Gpu
+    | GpuProcess
+    | Memory
+    | HostProcess
+    | TextLine
+    | LaunchConfig
+    | DeviceHolder
+    | XidEvent
+    | ShmSegment
 )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import SimHost, SimProcess
+from runbook_runner.simhost.model import SHM_DIR, SimHost, SimProcess
 
 
 class ProcessTable(Protocol):
@@ -218,7 +218,7 @@ def fuser(env: Env, args: list[str]) -> int:
     /dev/nvidiaN of each GPU it uses and /dev/nvidiactl, /dev/nvidia-uvm (node-wide);
     running GPU services hold /dev/nvidiactl."""
     host = env.host
-    shm_named = [a for a in args if a.startswith("/dev/shm/")]
+    shm_named = [a for a in args if a.startswith(SHM_DIR + "/")]
     if shm_named:
         return _fuser_shm(env, args, shm_named)
     files = _device_files(host, args)
@@ -266,7 +266,7 @@ def _fuser_shm(env: Env, args: list[str], files: list[str]) -> int:
     host = env.host
     rows = []
     for file in files:
-        segment = next((s for s in host.shm if f"/dev/shm/{s.name}" == file), None)
+        segment = next((s for s in host.shm if s.path == file), None)
         if segment is None:
             env.err(f"Specified filename {file} does not exist.\n")
             continue
@@ -289,7 +289,7 @@ def rm(env: Env, args: list[str]) -> int:
     host = env.host
     status = 0
     for file in [a for a in args if not a.startswith("-")]:
-        segment = next((s for s in host.shm if f"/dev/shm/{s.name}" == file), None)
+        segment = next((s for s in host.shm if s.path == file), None)
         host.act(f"remove {file}")
         if segment is None:
             if "-f" not in args:
@@ -306,7 +306,7 @@ def stat_(env: Env, args: list[str]) -> int:
     fmt = option(args, "-c", "--format") or "%n"
     status = 0
     for file in [a for a in args if a.startswith("/")]:
-        segment = next((s for s in host.shm if f"/dev/shm/{s.name}" == file), None)
+        segment = next((s for s in host.shm if s.path == file), None)
         if segment is None:
             env.err(f"stat: cannot statx '{file}': No such file or directory\n")
             status = 1
@@ -347,11 +347,11 @@ def systemctl(env: Env, args: list[str]) -> int:
     if words[:1] == ["list-units"]:
         running = "--state=running" in args
         inactive = "--state=inactive" in args
-        for service in host.services:
-            if (running and not service.active) or (inactive and service.active):
+        for listed in host.services:
+            if (running and not listed.active) or (inactive and listed.active):
                 continue
-            state = "active running" if service.active else "inactive dead"
-            env.out(f"{service.name}.service loaded {state} {service.name}\n")
+            state = "active running" if listed.active else "inactive dead"
+            env.out(f"{listed.name}.service loaded {state} {listed.name}\n")
         return 0
     if len(words) < 2:
         env.err("systemctl: this stand-in needs VERB UNIT\n")

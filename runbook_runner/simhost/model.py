@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 GIB = 1024**3
+SHM_DIR = "/dev/shm"  # noqa: S108 -- a simulated folder: no file is ever made there
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
@@ -24,8 +25,12 @@ class SimGpu:
     persistence: bool = True
     minor: int | None = None  # N of /dev/nvidiaN; None: the index (not always so on real hosts)
     draining_mib_per_read: int = 0  # orphaned memory that falls by this much each time it is read
-    lost: bool = False  # fallen off the bus (Xid 79): nvidia-smi cannot reach it; only a reboot helps
-    persistence_blocks_reset: bool = False  # a reset is refused while this GPU is in persistence mode
+    lost: bool = (
+        False  # fallen off the bus (Xid 79): nvidia-smi cannot reach it; only a reboot helps
+    )
+    persistence_blocks_reset: bool = (
+        False  # a reset is refused while this GPU is in persistence mode
+    )
     pcie_width: int = 16  # the link trained at this width (x16 at most)
     clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
     ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded
@@ -72,6 +77,10 @@ class SimShm:
     mtime: float = 0.0  # simulated time of its last change
     holder: int | None = None  # the PID that has it open or mapped, if any
 
+    @property
+    def path(self) -> str:
+        return f"{SHM_DIR}/{self.name}"
+
 
 @dataclass
 class SimService:
@@ -107,6 +116,7 @@ class SimHost:
     now: float = 0.0  # the simulated time of the command being answered (set by the drill)
     actions: list[tuple[float, str]] = field(default_factory=list)  # what changed the host, when
     happened: list[tuple[float, str]] = field(default_factory=list)  # what the host did by itself
+    timeline: list[tuple[float, str, bool]] = field(default_factory=list)  # both, in order
     next_pid: int = 20_000
     boot_messages: list[str] = field(default_factory=list)  # the kernel log after a reboot
 
@@ -115,6 +125,12 @@ class SimHost:
     def act(self, action: str) -> None:
         """Record an action that changes (or tries to change) the host."""
         self.actions.append((self.now, action))
+        self.timeline.append((self.now, action, False))
+
+    def note(self, event: str) -> None:
+        """Record what the host did by itself (a refusal, a restart by its supervisor)."""
+        self.happened.append((self.now, event))
+        self.timeline.append((self.now, event, True))
 
     # -- rules -------------------------------------------------------------------
 
@@ -168,7 +184,7 @@ class SimHost:
         self.act(f"reset GPU {gpu.index}")
         refusal = "GPU is lost" if gpu.lost else "In use by another client" if holders else None
         if refusal is not None:
-            self.happened.append((self.now, f"the reset of GPU {gpu.index} was refused: {refusal}"))
+            self.note(f"the reset of GPU {gpu.index} was refused: {refusal}")
             return refusal
         if gpu.resets_that_fail > 0:
             gpu.resets_that_fail -= 1
@@ -232,7 +248,7 @@ class SimHost:
             if service.died_at is None:
                 service.died_at = self.now
             if service.restart == "always" and self.now >= service.died_at + service.restart_s:
-                self.happened.append((self.now, f"{service.name} restarted the server (Restart=always)"))
+                self.note(f"{service.name} restarted the server (Restart=always)")
                 self.start_service(service)
 
     # -- persistence ---------------------------------------------------------------
@@ -249,6 +265,7 @@ class SimHost:
         data["shm"] = [SimShm(**s) for s in data.get("shm", [])]
         data["actions"] = [tuple(a) for a in data.get("actions", [])]
         data["happened"] = [tuple(a) for a in data.get("happened", [])]
+        data["timeline"] = [tuple(a) for a in data.get("timeline", [])]
         return cls(**data)
 
     def save(self, path: Path) -> None:

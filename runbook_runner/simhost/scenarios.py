@@ -21,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runbook_runner.simhost.model import GIB, SimHost, SimProcess, SimService, SimShm, eight_gpu_server
+from runbook_runner.simhost.model import (
+    GIB,
+    SimHost,
+    SimProcess,
+    SimService,
+    SimShm,
+    eight_gpu_server,
+)
 
 LAUNCH = (
     "python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --trust-remote-code "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.simhost.commands import COMMANDS, Env
+from runbook_runner.simhost.model import SHM_DIR
 
 Word = list[tuple[str, str]]  # (text, kind): kind "lit" (quoted), "dq" (double-quoted), "bare"
 _OPERATORS = ("&&", "||", ";;", ";", "|", "\n", "(", ")")
@@ -413,8 +414,8 @@ class Shell:
                         fields.append("")
                 else:
                     fields[-1] += value
-        if not quoted and len(fields) == 1 and fields[0] == "/dev/shm/*":
-            names = [f"/dev/shm/{s.name}" for s in self.env.host.shm]
+        if not quoted and len(fields) == 1 and fields[0] == SHM_DIR + "/*":
+            names = [s.path for s in self.env.host.shm]
             return names or fields  # like sh: a glob that matches nothing stays as it is
         return [f for f in fields if f or quoted]
 

@@ -237,7 +237,7 @@ def _test(shell: Shell, args: list[str], stdin: str) -> int:
     if args and args[-1] == "]":
         args = args[:-1]
     if len(args) == 2 and args[0] == "-e":
-        return 0 if any(args[1] == f"/dev/shm/{s.name}" for s in shell.env.host.shm) else 1
+        return 0 if any(args[1] == s.path for s in shell.env.host.shm) else 1
     if len(args) == 2 and args[0] in ("-z", "-n"):
         return 0 if (args[1] == "") == (args[0] == "-z") else 1
     if len(args) == 3:
