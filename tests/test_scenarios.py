@@ -138,3 +138,40 @@ def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatc
     assert SCENARIOS["leaked-shm"].teaches not in before
     assert "Debrief: leaked-shm" in "Debrief" + after
     assert pick("oom-crash") == "oom-crash"
+
+
+def test_a_unit_with_restart_always_brings_a_killed_server_back():
+    from runbook_runner.simhost.scenarios import supervisor_restarts_server
+    from runbook_runner.simhost.simulated import SimClock, SimProcesses
+
+    host = supervisor_restarts_server()
+    clock = SimClock()
+    table = SimProcesses(host, clock)
+    first = sorted(p.pid for p in host.processes)
+    for pid in first:
+        table.signal(pid, 15)
+    clock.sleep(60)
+    host.now = clock.now()
+    host.forget_dead(table.alive)
+    host.tick(table.alive)  # notices the unit's processes are gone
+    clock.sleep(10)
+    host.now = clock.now()
+    host.tick(table.alive)
+    assert sorted(p.pid for p in host.processes) != first
+    assert len(host.processes) == len(first)
+    assert any("restarted the server" in event for _, event in host.happened)
+
+
+def test_the_shm_listing_parses_and_rejects_what_it_cannot_read():
+    from runbook_runner.errors import ParseError
+    from runbook_runner.observe.shm import parse_shm
+
+    text = "1796001000\n42949672960 root 1796000100 free /dev/shm/a\n32 pg 1796000990 held /dev/shm/b\n"
+    a, b = parse_shm(text)
+    assert (a.size_bytes, a.owner, a.age_s, a.held) == (42949672960, "root", 900, False)
+    assert (b.age_s, b.held) == (10, True)
+    assert parse_shm("1796001000\n") == ()
+    with pytest.raises(ParseError):
+        parse_shm("42949672960 root 1796000100 free /dev/shm/a\n")
+    with pytest.raises(ParseError):
+        parse_shm("1796001000\nstat: cannot statx '/dev/shm/x'\n")
