@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -65,7 +66,15 @@ def test_the_matrix_has_every_row_of_the_issue_and_each_row_is_complete():
         assert scenario.wrong, scenario.name
         assert scenario.expert, scenario.name
         assert scenario.lesson, scenario.name
-        assert (REPO / "docs" / scenario.page).is_file(), scenario.page
+        page, _, anchor = scenario.page.partition("#")
+        assert (REPO / "docs" / page).is_file(), scenario.page
+        if anchor:
+            headings = [
+                re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                for line in (REPO / "docs" / page).read_text().splitlines()
+                if line.startswith("#")
+            ]
+            assert anchor in headings, scenario.page
         assert scenario.ideal_s > 0
 
 

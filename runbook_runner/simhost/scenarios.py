@@ -313,7 +313,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=(),
         ideal_s=35,
         lesson="a process in D state ignores every signal; memory that still falls needs time",
-        page="pitfalls/host-memory-after-kill.md",
+        page="pitfalls/host-memory-after-kill.md#1-pinned-memory-still-being-torn-down",
     ),
     Scenario(
         "wedged-server",
@@ -325,7 +325,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=_pids(4101, *RANKS),
         ideal_s=20,
         lesson="the gentlest signal first: a clean exit frees pinned and GPU memory itself",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
     ),
     Scenario(
         "pattern-mismatch",
@@ -337,7 +337,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=_pids(*(6120 + rank for rank in range(8))),
         ideal_s=15,
         lesson="find targets from the failing GPUs' device files, not from a name",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
     ),
     Scenario(
         "other-team-gpu5",
@@ -349,7 +349,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
         ideal_s=40,
         lesson="scope the recovery to your server's GPUs (--set first_gpu/last_gpu)",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
         params=(("first_gpu", "0"), ("last_gpu", "3")),
     ),
     Scenario(
@@ -363,7 +363,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("reset GPU 2", "persistence off GPU 2", "persistence on GPU 2"),
         ideal_s=45,
         lesson="the smallest blast radius that works: one GPU out of persistence, not the daemon",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
     ),
     Scenario(
         "supervisor-restarts-server",
@@ -375,7 +375,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("stop sglang", "start sglang"),
         ideal_s=25,
         lesson="kill a supervised server and its supervisor starts it again: stop the unit",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
     ),
     Scenario(
         "nccl-rank-died",
@@ -387,7 +387,7 @@ MATRIX: tuple[Scenario, ...] = (
         + _pids(*(p for p in RANKS if p != 4123), signal="SIGKILL"),
         ideal_s=60,
         lesson="a collective never finishes without its dead rank: no teardown to wait for",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
     ),
     Scenario(
         "stuck-d-state",
@@ -399,7 +399,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=(),
         ideal_s=45,
         lesson="D state + memory that does not move = stuck: only a reboot, and it is asked for",
-        page="pitfalls/host-memory-after-kill.md",
+        page="pitfalls/host-memory-after-kill.md#3-processes-in-d-state",
         ends="stopped",
         exit_code=1,
         message="needs --allow-reboot",
@@ -414,7 +414,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("reboot",),
         ideal_s=110,
         lesson="read the kernel log first: an Xid's catalog action decides the rung",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
         allow_reboot=True,
     ),
     Scenario(
@@ -439,7 +439,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=(),
         ideal_s=45,
         lesson="host RAM and GPU memory are separate ladders; unpinning takes tens of seconds",
-        page="pitfalls/host-memory-after-kill.md",
+        page="pitfalls/host-memory-after-kill.md#1-pinned-memory-still-being-torn-down",
     ),
     Scenario(
         "host-ram-leak",
@@ -465,7 +465,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=(),
         ideal_s=5,
         lesson="not knowing is not failing: cannot tell stops, it never escalates",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
         ends="stopped",
         exit_code=6,
         message="cannot tell",
@@ -479,7 +479,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("load the driver",),
         ideal_s=10,
         lesson="a typed failure is evidence: act on that condition, not on a generic failure",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#driver-reload-preconditions",
     ),
     Scenario(
         "container-holds-gpu2",
@@ -491,7 +491,7 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("SIGTERM 8812",),
         ideal_s=10,
         lesson="the device file knows every holder, whatever the PID namespace",
-        page="pitfalls/orphaned-gpu-memory.md",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
     ),
 )
 
