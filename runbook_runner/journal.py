@@ -160,7 +160,12 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                 (
                     t,
                     "-",
-                    f"run of {event.get('runbook')} on {event.get('host')} by {event.get('operator')} started",
+                    f"run of {event.get('runbook')} on {event.get('host')} by {event.get('operator')} started"
+                    + (
+                        f" (drill: scenario {event['drill']}, simulated time)"
+                        if event.get("drill")
+                        else ""
+                    ),
                 )
             )
         elif kind == "observed" and event.get("label") in {"before", "after"}:
@@ -192,4 +197,15 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             reached = event.get("reached_by")
             result = f"goal holds (reached by {reached})" if event.get("ok") else _result(event)
             rows.append((t, "-", f"run ended: {result}"))
+        elif kind == "drill-end":
+            actions = ", ".join(event.get("actions") or []) or "none"
+            verdict = "as the expert would" if event.get("ok") else "not as the expert would"
+            rows.append(
+                (
+                    t,
+                    "-",
+                    f"drill {event.get('scenario')}: {verdict}; actions: {actions}; "
+                    f"{event.get('recovery_s')} s (ideal {event.get('ideal_s')} s)",
+                )
+            )
     return rows

@@ -134,6 +134,11 @@ def test_a_drill_is_marked_in_the_journal_with_simulated_time(capsys, run_journa
     assert summary(path)["drill"] == "oom-crash"
     assert main(["runs"]) == 0
     assert "drill: oom-crash" in capsys.readouterr().out
+    assert main(["runs", "show", path.stem]) == 0
+    shown = capsys.readouterr().out
+    assert "(drill: scenario oom-crash, simulated time)" in shown
+    assert "drill oom-crash: as the expert would; actions: reset GPU 0, reset GPU 2" in shown
+    assert "2026-11-30T01:" in shown  # simulated time stamps in the timeline
 
 
 def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatch):
