@@ -364,7 +364,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
             f"(scenarios: {', '.join(SCENARIOS)}, or random)",
             "runbook drill",
         )
-    load_named(args)  # a bad runbook name fails before anything starts
+    runbook = load_named(args)  # a bad runbook name fails before anything starts
     name = drills.pick(args.scenario)
     drill = drills.start(name)
     scenario = drill.scenario
@@ -381,7 +381,9 @@ def cmd_drill(args: argparse.Namespace) -> int:
             f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
         )
         given = {item.split("=", 1)[0] for item in args.set or []}
-        known = [f"{k}={v}" for k, v in scenario.params if k not in given]
+        known = [
+            f"{k}={v}" for k, v in scenario.params if k not in given and k in runbook.parameters
+        ]
         if known:
             args.set = [*known, *(args.set or [])]
             out.line("What the operator knows here: " + " ".join(f"--set {kv}" for kv in known))
