@@ -269,13 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
         "practise a runbook on a simulated crashed GPU server over real SSH (changes nothing here)",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
     drill.add_argument(
         "--scenario",
         default="oom-crash",
-        help="a scenario of the matrix (oom-crash, the default; slow-teardown, "
-        "persistence-blocks-reset, stuck-d-state, xid-79, leaked-shm, ...; see "
-        "runbook_runner/simhost/scenarios.py), or 'random' to be told which only in the debrief",
+        help="a scenario of the matrix (runbook_runner/simhost/scenarios.py): "
+        + ", ".join(SCENARIOS)
+        + "; or 'random' to be told which only in the debrief (default: oom-crash)",
     )
     _add_consent_options(drill)
     _add_value_options(drill)

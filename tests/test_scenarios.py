@@ -189,3 +189,20 @@ def test_the_shm_listing_parses_and_rejects_what_it_cannot_read():
         parse_shm("42949672960 root 1796000100 free /dev/shm/a\n")
     with pytest.raises(ParseError):
         parse_shm("1796001000\nstat: cannot statx '/dev/shm/x'\n")
+
+
+def test_the_gpu_and_host_ram_ladders_never_cross():
+    from runbook_runner.runbook import load
+
+    recovery = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")
+    steps = {step.id: step for step in recovery.steps}
+    gpu_rungs = ["term-gpu-holders", "kill-gpu-holders", "reset-gpus", "persistence-off"]
+    gpu_rungs += ["reset-gpus-again", "stop-gpu-services", "reload-driver"]
+    for rung in gpu_rungs:
+        assert steps[rung].fixes == ("gpu-memory-released",), rung
+    assert steps["remove-leaked-shm"].fixes == ("host-memory-available",)
+    assert steps["remove-leaked-shm"].affects == "files"
+    # the short-cuts act on their own evidence, not on a generic failure
+    assert steps["reboot-for-xid"].fixes == ("no-xid-needs-reboot",)
+    assert steps["reboot-for-stuck"].fixes == ("no-stuck-gpu-holders",)
+    assert steps["load-driver"].fixes == ("driver-loaded",)
