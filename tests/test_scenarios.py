@@ -206,3 +206,14 @@ def test_the_gpu_and_host_ram_ladders_never_cross():
     assert steps["reboot-for-xid"].fixes == ("no-xid-needs-reboot",)
     assert steps["reboot-for-stuck"].fixes == ("no-stuck-gpu-holders",)
     assert steps["load-driver"].fixes == ("driver-loaded",)
+
+
+def test_the_matrix_renders_as_one_table_for_the_site():
+    from runbook_runner.simhost.scenarios import XID_CATALOG, matrix_table
+
+    table = matrix_table(lambda page: "../" + page)
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(MATRIX)
+    assert "`reset GPU 0`, `reset GPU 2`" in table
+    assert "(../pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset)" in table
+    assert XID_CATALOG in table

@@ -496,3 +496,24 @@ MATRIX: tuple[Scenario, ...] = (
 )
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in MATRIX}
+
+
+def matrix_table(link: Callable[[str], str] = lambda page: page) -> str:
+    """The matrix as a Markdown table for the site (docs/hooks.py): each row's state, what an
+    expert does and their actions, the ideal time, how the run must end, and the lesson with
+    its page (``link`` turns a page path into the link the site needs)."""
+    lines = [
+        "| scenario | what is wrong | what an expert does | actions | ideal | ends | lesson |",
+        "|---|---|---|---|---:|---|---|",
+    ]
+    for s in MATRIX:
+        actions = ", ".join(f"`{a}`" for a in s.actions) or "none"
+        ends = "goal reached" if s.ends == "goal" else f"stops, exit {s.exit_code}: {s.message}"
+        lesson = f"{s.lesson} ([read]({link(s.page)}))"
+        cells = [f"`{s.name}`", s.wrong, s.expert, actions, f"{s.ideal_s:.0f} s", ends, lesson]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [
+        "",
+        f"Xid actions follow NVIDIA's Xid catalog: <{XID_CATALOG}>.",
+    ]
+    return "\n".join(lines) + "\n"
