@@ -185,6 +185,8 @@ def test_the_shm_listing_parses_and_rejects_what_it_cannot_read():
     assert (a.size_bytes, a.owner, a.age_s, a.held) == (42949672960, "root", 900, False)
     assert (b.age_s, b.held) == (10, True)
     assert parse_shm("1796001000\n") == ()
+    (spaced,) = parse_shm("1796001000\n5 root 1796000000 free /dev/shm/a b\n")
+    assert spaced.path == "/dev/shm/a b"
     with pytest.raises(ParseError):
         parse_shm("42949672960 root 1796000100 free /dev/shm/a\n")
     with pytest.raises(ParseError):

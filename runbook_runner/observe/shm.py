@@ -8,7 +8,8 @@ The command prints the host's time first, then one line per file::
 
 ``held``/``free`` come from ``fuser -s FILE`` (does a live process have it open or
 mapped?), not from the name. A glob that matched nothing (``/dev/shm/*`` itself, with
-stat failing) is no file. Anything else is a parse error: the list would not be complete.
+stat failing) is no file. A name may hold spaces (the path is the rest of the line).
+Anything else is a parse error: the list would not be complete.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from runbook_runner.errors import ParseError
 from runbook_runner.observe.state import ShmSegment
 
 _ROW = re.compile(
-    r"^(?P<size>\d+) (?P<owner>\S+) (?P<mtime>\d+) (?P<held>held|free) (?P<path>/\S+)$"
+    r"^(?P<size>\d+) (?P<owner>\S+) (?P<mtime>\d+) (?P<held>held|free) (?P<path>/dev/shm/.+)$"
 )
 
 
@@ -30,7 +31,7 @@ def parse_shm(text: str) -> tuple[ShmSegment, ...]:
     now = int(lines[0].strip())
     segments = []
     for line in lines[1:]:
-        match = _ROW.match(line.strip())
+        match = _ROW.match(line)
         if match is None:
             raise ParseError(f"not a line of the /dev/shm listing: {line[:100]!r}")
         segments.append(
