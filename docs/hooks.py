@@ -88,6 +88,12 @@ def _load_figures() -> None:
             _figure_files[name] = path.name
 
 
+def _page_title(page: str) -> str:
+    """A link text for a docs page path: its file name in words."""
+    stem = page.split("#")[0].rsplit("/", 1)[-1].removesuffix(".md")
+    return stem.replace("-", " ").capitalize()
+
+
 def _cell(text: object) -> str:
     """Front matter and data-file text in a table cell: inert (no HTML, no column breaks)."""
     return html.escape(" ".join(str(text).split()), quote=False).replace("|", "&#124;")
@@ -156,6 +162,9 @@ def _drills_page() -> str:
     ]
     for name, scenario in SCENARIOS.items():
         pages = DRILL_PAGES.get(name)
+        page = getattr(scenario, "page", "")
+        if not pages and page:  # the scenario's own page (the matrix names one per row)
+            pages = [(_page_title(page), page)]
         if not pages:
             log.warning(
                 f"drill scenario {name!r}: no page in docs/hooks.py DRILL_PAGES explains it"
@@ -170,8 +179,20 @@ def _drills_page() -> str:
             "",
             scenario.teaches[0].upper() + scenario.teaches[1:] + ".",
             "",
+        ]
+        wrong, expert = getattr(scenario, "wrong", ""), getattr(scenario, "expert", "")
+        if wrong:
+            lines += [f"**What is wrong:** {_cell(wrong)}", ""]
+        if expert:
+            ideal = getattr(scenario, "ideal_s", None)
+            lines += [
+                f"**What an expert does:** {_cell(expert)}"
+                + (f" (ideal time: {ideal:g} s, simulated)" if ideal else ""),
+                "",
+            ]
+        lines += [
             "```sh",
-            f"runbook drill gpu-oom-recovery --scenario {name}",
+            f"runbook drill {getattr(scenario, 'runbook', 'gpu-oom-recovery')} --scenario {name}",
             "```",
         ]
     lines += [
@@ -183,6 +204,21 @@ def _drills_page() -> str:
         "",
         "The drills run the [GPU OOM recovery](runbooks/gpu-oom-recovery.md) runbook.",
     ]
+    from runbook_runner.simhost import scenarios as scenario_module
+
+    if hasattr(scenario_module, "matrix_table"):
+        lines += [
+            "",
+            "## The scenario matrix {#matrix}",
+            "",
+            "Every drill as one row: what is wrong on the host, what an expert does (the fewest "
+            "actions, the smallest blast radius), the ideal time to recovery in simulated "
+            "seconds, and where the run must end. The test suite plays each row over SSH and "
+            "fails if the runbook takes an action the expert would not, misses one, or takes "
+            "more than 1.5 times the ideal.",
+            "",
+            scenario_module.matrix_table(),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -358,11 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
         "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
     drill.add_argument(
         "--scenario",
         default="oom-crash",
-        help="oom-crash (default), slow-teardown, persistence-blocks-reset, stuck-d-state",
+        help="a scenario of the matrix (runbook_runner/simhost/scenarios.py): "
+        + ", ".join(SCENARIOS)
+        + "; or 'random' to be told which only in the debrief (default: oom-crash)",
     )
     _add_consent_options(drill)
     _add_value_options(drill)

@@ -198,6 +198,7 @@ def _execute_run(
     args: argparse.Namespace,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    drill: DrillHooks | None = None,
 ) -> tuple[int, RunReport | None]:
     """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
     from runbook_runner.recording import Recorder
@@ -229,7 +230,7 @@ def _execute_run(
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
-        journal, run_id = _open_journal(args, runbook, transport, params, resume)
+        journal, run_id = _open_journal(args, runbook, transport, params, resume, drill)
         recorder = Recorder(journal, runbook, params)
         out.line(out.style(f"journal: {journal.path}", "dim"))
         confirmer = console.Confirmer(args, out, host, record=recorder.confirmation)
@@ -296,8 +297,11 @@ def _execute_run(
                 blocked=report.blocked.message if report is not None and report.blocked else None,
                 **extra,
             )
+            if drill is not None:
+                drill.journal = journal.path
             journal.close()
-    console.closing(out, report, host, confirmer)
+    console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
+    code = _exit_code(args, report, confirmer)
     if args.json:
         after = report.after
         document = {
@@ -311,7 +315,13 @@ def _execute_run(
             "checks": [r.to_json() for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
         }
+        if drill is not None:
+            document["drill"] = drill.summary(report, code)
         print(json.dumps(document, indent=2))
+    return code, report
+
+
+def _exit_code(args: argparse.Namespace, report: RunReport, confirmer: console.Confirmer) -> int:
     if report.blocked is not None:
         code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
     elif report.declined:
@@ -321,7 +331,7 @@ def _execute_run(
         code = ExitCode.OK
     else:
         code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
-    return code, report
+    return code
 
 
 @contextlib.contextmanager
@@ -379,6 +389,7 @@ def _open_journal(
     transport: SshTransport,
     params: dict[str, Any],
     resume: tuple[Path, ResumePlan] | None,
+    drill: DrillHooks | None = None,
 ) -> tuple[journal_module.Journal, str]:
     from runbook_runner.transport import fingerprint
 
@@ -405,9 +416,13 @@ def _open_journal(
         if getattr(args, "journal", None)
         else _journal_folder() / f"{run_id}.jsonl"
     )
-    journal = journal_module.Journal(path)
+    journal = journal_module.Journal(path, drill.journal_clock if drill is not None else None)
+    marks: dict[str, Any] = {}
+    if drill is not None:  # a drill: its scenario, on simulated time
+        marks = {"drill": drill.scenario, "simulated_time": True}
     journal.write(
         "run-start",
+        **marks,
         run=run_id,
         runbook=runbook.name,
         runbook_path=runbook.path,
@@ -419,7 +434,6 @@ def _open_journal(
         host_key=fingerprint(transport.host_key) if transport.host_key else None,
         tool_version=__version__,
         dry_run=args.dry_run,
-        **({"drill": args.scenario} if getattr(args, "scenario", None) else {}),
     )
     return journal, run_id
 
@@ -495,7 +509,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     print(
         visible(
             render.table(
-                [(x["run"], x["operator"], x["result"]) for x in summaries],
+                [
+                    (
+                        x["run"],
+                        x["operator"],
+                        x["result"] + (f" (drill: {x['drill']})" if x.get("drill") else ""),
+                    )
+                    for x in summaries
+                ],
                 ("RUN", "OPERATOR", "RESULT"),
             )
         )
@@ -542,16 +563,86 @@ class StateFileInvalid(RunbookRunnerError):
     """A ``runbook test --state`` file that cannot be read or describes no host."""
 
 
+class DrillHooks:
+    """What a drill adds to a run: its scenario in the journal, simulated time stamps,
+    and its judgement in the JSON document."""
+
+    def __init__(self, scenario: str, clock: Callable[[], float], judge: Any) -> None:
+        from runbook_runner.simhost.commands import EPOCH
+
+        self.scenario = scenario
+        self.journal_clock = lambda: EPOCH + clock()
+        self.judge = judge  # (report, exit code) -> drill.Judgement
+        self.journal: Path | None = None
+        self.retry = f"runbook drill NAME --scenario {scenario} --yes --allow-reboot"
+
+    def summary(self, report: RunReport, code: int) -> dict[str, Any]:
+        return dict(self.judge(report, code).to_json())
+
+
 def cmd_drill(args: argparse.Namespace) -> int:
+    from runbook_runner import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
-    if args.scenario not in SCENARIOS:
+    named = args.scenario != "random"
+    if named and args.scenario not in SCENARIOS:
         raise UsageError(
-            f"--scenario {args.scenario}: no such scenario (scenarios: {', '.join(SCENARIOS)})",
+            f"--scenario {args.scenario}: no such scenario "
+            f"(scenarios: {', '.join(SCENARIOS)}, or random)",
             f"runbook {args.command}",
         )
-    load_named(args)  # a bad runbook name fails before anything starts
-    return _simulate(args, "Test" if args.command == "test" else "Drill", None)
+    runbook = load_named(args)  # a bad runbook name fails before anything starts
+    name = drills.pick(args.scenario)
+    drill = drills.start(name)
+    scenario = drill.scenario
+    out = console.Output(args.json)
+    try:
+        if named:
+            out.line(out.style(f"Drill: {name}", "bold") + f": {scenario.teaches}.")
+        else:
+            out.line(
+                out.style("Drill: a scenario picked at random", "bold") + " (the debrief names it)."
+            )
+        _describe_simulated_host(out, drill)
+        given = {item.split("=", 1)[0] for item in getattr(args, "set", None) or []}
+        known = [
+            f"{k}={v}" for k, v in scenario.params if k not in given and k in runbook.parameters
+        ]
+        if known:
+            args.set = [*known, *(getattr(args, "set", None) or [])]
+            out.line("What the operator knows here: " + " ".join(f"--set {kv}" for kv in known))
+        started = drill.host.clock.now()
+        _point_at_simulated_host(args, drill)
+
+        def judge(report: RunReport, code: int) -> drills.Judgement:
+            said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
+            return drills.judge(
+                scenario,
+                drill.host.host.actions,
+                started,
+                drill.host.clock.now(),
+                code,
+                report.ok,
+                said,
+            )
+
+        hooks = DrillHooks(name, drill.host.clock.now, judge)
+        hooks.retry = hooks.retry.replace("NAME", args.runbook)
+        code, report = _execute_run(
+            args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep, drill=hooks
+        )
+        if report is not None:
+            judgement = judge(report, code)
+            if hooks.journal is not None:
+                journal = journal_module.Journal(hooks.journal, hooks.journal_clock)
+                verdict: dict[str, Any] = dict(judgement.to_json())
+                journal.write("drill-end", **verdict)
+                journal.close()
+            timeline = [(t - started, what, by) for t, what, by in drill.host.host.timeline]
+            console.debrief(out, report, judgement, timeline)
+        return code
+    finally:
+        drill.close()
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -577,41 +668,51 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
+    """A run on the simulated host a state file describes (no expert's row to judge it by)."""
     from runbook_runner import drill as drills
 
     drill = drills.start(args.scenario, state)
     out = console.Output(args.json)
     try:
         out.line(out.style(f"{label}: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
-        model = drill.host.host
-        out.line(
-            f"A simulated server with {len(model.gpus)} GPUs and "
-            f"{model.memory_total_bytes / 1024**3:,.0f} GiB of RAM answers over SSH on "
-            f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
-        )
+        _describe_simulated_host(out, drill)
         started = drill.host.clock.now()
-        args.host, args.port, args.user = "127.0.0.1", drill.host.port, "root"
-        args.identity, args.known_hosts = [str(drill.identity)], str(drill.known_hosts)
-        args.ssh_config, args.accept_new_host_key, args.connect_timeout = (
-            str(drill.ssh_config),
-            False,
-            5.0,
-        )
-        args.dry_run, args.from_step = False, None
-        # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
-        # resolve, and a drill starts no program on this machine.
-        args.ssh_client = None
-        args.lock, args.journal, args.resume, args.break_lock, args.force = (
-            False,
-            None,
-            None,
-            False,
-            False,
-        )
+        _point_at_simulated_host(args, drill)
         code, report = _execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
-        console.debrief(
+        console.state_debrief(
             out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
         )
         return code
     finally:
         drill.close()
+
+
+def _describe_simulated_host(out: console.Output, drill: Any) -> None:
+    model = drill.host.host
+    out.line(
+        f"A simulated server with {len(model.gpus)} GPUs and "
+        f"{model.memory_total_bytes / 1024**3:,.0f} GiB of RAM answers over SSH on "
+        f"127.0.0.1:{drill.host.port}. Nothing on this machine is touched; simulated time runs fast."
+    )
+
+
+def _point_at_simulated_host(args: argparse.Namespace, drill: Any) -> None:
+    """The run's options, aimed at the simulated host: its port, key and known_hosts."""
+    args.host, args.port, args.user = "127.0.0.1", drill.host.port, "root"
+    args.identity, args.known_hosts = [str(drill.identity)], str(drill.known_hosts)
+    args.ssh_config, args.accept_new_host_key, args.connect_timeout = (
+        str(drill.ssh_config),
+        False,
+        5.0,
+    )
+    args.dry_run, args.from_step = False, None
+    # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
+    # resolve, and a drill starts no program on this machine.
+    args.ssh_client = None
+    args.lock, args.journal, args.resume, args.break_lock, args.force = (
+        False,
+        None,
+        None,
+        False,
+        False,
+    )

@@ -18,6 +18,7 @@ from runbook_runner.runbook import Runbook
 from runbook_runner.safetext import visible_styled
 
 if TYPE_CHECKING:
+    from runbook_runner.drill import Judgement
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
 
 OUTPUT_LINES = 25  # of each command's output, shown under its step
@@ -195,7 +196,10 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
     return on_event
 
 
-def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> None:
+def closing(
+    out: Output, report: RunReport, host: str, confirmer: Confirmer, retry: str | None = None
+) -> None:
+    """The run's last lines; ``retry``: the command to allow a refused reboot (a drill's own)."""
     runbook = report.runbook
     if report.before and report.after:
         out.line(out.style("Before:", "bold"))
@@ -213,10 +217,13 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
         )
     elif report.declined and confirmer.reboot_blocked:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        step = next(r.id for r in report.steps if r.status == "declined")
-        out.line(
-            f"  next: reboot the host: runbook run {runbook.name} --host ... --from {step} --allow-reboot"
+        declined = next(r for r in report.steps if r.status == "declined")
+        for target in declined.targets:
+            out.line(f"  because of: {target}")
+        again = (
+            retry or f"runbook run {runbook.name} --host ... --from {declined.id} --allow-reboot"
         )
+        out.line(f"  next: reboot the host: {again}")
     elif report.declined:
         out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
     elif report.ok:
@@ -236,8 +243,91 @@ def closing(out: Output, report: RunReport, host: str, confirmer: Confirmer) -> 
             out.line(f"  next: {hints[0]}")
 
 
-def debrief(out: Output, report: RunReport | None, changes: list[str], simulated_s: float) -> None:
-    """The end of a drill: which rungs ran, what they changed, which one worked, what to read."""
+SITE = "docs/"  # pages are named by their path in the repository's docs/ folder
+XID_CATALOG = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+
+
+def debrief(
+    out: Output,
+    report: RunReport | None,
+    judgement: Judgement,
+    timeline: list[tuple[float, str, bool]] | None = None,
+) -> None:
+    """The end of a drill: what was wrong, what the run did, what an expert does, the
+    difference, time to recovery against the ideal, and the lesson with its page.
+    ``timeline``: (seconds from the start, what, done by the host itself), in order."""
+    if report is None:
+        return
+    style = out.style
+    scenario = judgement.scenario
+    out.line("")
+    out.line(style(f"Debrief: {scenario.name}", "bold"))
+    out.line(f"  What was wrong: {scenario.wrong}")
+    xids = report.before.state.get("xids") if report.before is not None else None
+    for event in xids if isinstance(xids, tuple) else ():
+        out.line(
+            f"  The kernel logged: Xid {event.code} on {event.pci}: {event.action} "
+            f"({event.meaning}); NVIDIA's Xid catalog: {XID_CATALOG}"
+        )
+    out.line("  What the run did:")
+    if timeline is None:
+        timeline = [(at, action, False) for at, action in judgement.taken]
+    for at, what, by_host in timeline:
+        line = f"    +{at:5.0f} s  " + (f"(the host: {what})" if by_host else what)
+        out.line(style(line, "dim") if by_host else line)
+    if not judgement.taken:
+        out.line("    nothing to the host (it only looked)")
+    out.line(f"  What an expert does: {scenario.expert}")
+    for action in scenario.actions:
+        out.line(f"    {action}")
+    if not scenario.actions:
+        out.line("    no action on the host")
+    if judgement.extra or judgement.missing:
+        out.line(style("  The difference:", "yellow", "bold"))
+        for action in judgement.extra:
+            out.line(style(f"    + {action}  (the expert would not)", "yellow"))
+        for action in judgement.missing:
+            out.line(style(f"    - {action}  (the expert would)", "yellow"))
+    else:
+        out.line(style("  The difference: none (the expert's actions, no more)", "green"))
+    ratio = judgement.recovery_s / scenario.ideal_s if scenario.ideal_s else 0.0
+    ending = "to recovery" if scenario.ends == "goal" else "to stopping"
+    timing = (
+        f"  Time {ending}: {judgement.recovery_s:.0f} s simulated "
+        f"(ideal {scenario.ideal_s:.0f} s, {ratio:.1f}x)"
+    )
+    out.line(style(timing, "green" if judgement.in_time else "yellow"))
+    if not judgement.ended_right:
+        want = (
+            "the goal reached"
+            if scenario.ends == "goal"
+            else f"a stop (exit {scenario.exit_code}: {scenario.message})"
+        )
+        out.line(style(f"  It did not end where the expert would: {want}", "red", "bold"))
+    out.line("  Rungs:")
+    for record in report.steps:
+        if record.status == "skipped":
+            continue
+        shown = {"failed", "timed_out", "declined", "blocked"}
+        note = f"  ({record.message})" if record.status in shown else ""
+        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+    if report.ok:
+        out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
+    else:
+        out.line(style("  No rung reached the goal.", "red", "bold"))
+    out.line(f"  Simulated time: {judgement.recovery_s / 60:.1f} min")
+    out.line(f"  Lesson: {scenario.lesson}")
+    out.line(f"  Read: {SITE}{scenario.page}")
+    others = [page for page in report.runbook.docs if page != scenario.page]
+    if others:
+        out.line("  Read next: " + ", ".join(f"{SITE}{page}" for page in others))
+
+
+def state_debrief(
+    out: Output, report: RunReport | None, changes: list[str], simulated_s: float
+) -> None:
+    """The end of a `runbook test --state` run: which rungs ran, what they changed, which one
+    worked, what to read (no expert's row to judge it by, unlike a drill's debrief)."""
     if report is None:
         return
     style = out.style

@@ -29,6 +29,7 @@ def prose(text: str) -> str:
 
 _AFFECTS = {
     "process": "the server's processes (or the ones named)",
+    "files": "the files it names (never one a live process holds)",
     "service": "services of the node (persistence, monitoring)",
     "gpu": "the GPUs it names",
     "node": "the whole node: every GPU and every workload on it",

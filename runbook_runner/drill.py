@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,9 +69,92 @@ def changes(calls: list[list[str]]) -> list[str]:
             continue
         if name == "nvidia-smi" and not {"--gpu-reset", "-r", "-pm"} & set(args):
             continue
-        if name == "systemctl" and args[:1] in (["is-active"], ["is-enabled"], ["show"]):
+        if name == "systemctl" and args[:1] in (
+            ["is-active"],
+            ["is-enabled"],
+            ["show"],
+            ["list-units"],
+        ):
             continue
         if name == "fuser" and "-k" not in args:
             continue
         lines.append(" ".join(call))
     return lines
+
+
+TOLERANCE = 1.5  # a run may take this many times the expert's time to recovery
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A drill run against its scenario's row: ended where the expert would, with the
+    expert's actions, in time. Pure: built from what the simulated host recorded."""
+
+    scenario: Scenario
+    taken: tuple[tuple[float, str], ...]  # (seconds after the start, action), in order
+    recovery_s: float  # simulated seconds from the start to the end of the run
+    exit_code: int
+    goal_reached: bool
+    said: str  # what the run said about why it stopped
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(action for _, action in self.taken))
+
+    @property
+    def extra(self) -> tuple[str, ...]:
+        return tuple(a for a in self.actions if a not in self.scenario.actions)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(a for a in self.scenario.actions if a not in self.actions)
+
+    @property
+    def ended_right(self) -> bool:
+        if self.scenario.ends == "goal":
+            return self.goal_reached and self.exit_code == 0
+        return self.exit_code == self.scenario.exit_code and self.scenario.message in self.said
+
+    @property
+    def in_time(self) -> bool:
+        return self.recovery_s <= TOLERANCE * self.scenario.ideal_s
+
+    @property
+    def ok(self) -> bool:
+        return self.ended_right and not self.extra and not self.missing and self.in_time
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scenario": self.scenario.name,
+            "actions": list(self.actions),
+            "timeline": [{"at_s": round(t, 1), "action": a} for t, a in self.taken],
+            "expert": list(self.scenario.actions),
+            "extra": list(self.extra),
+            "missing": list(self.missing),
+            "recovery_s": round(self.recovery_s, 1),
+            "ideal_s": self.scenario.ideal_s,
+            "exit_code": self.exit_code,
+            "ended_right": self.ended_right,
+            "in_time": self.in_time,
+            "ok": self.ok,
+        }
+
+
+def judge(
+    scenario: Scenario,
+    actions: list[tuple[float, str]],
+    started: float,
+    ended: float,
+    exit_code: int,
+    goal_reached: bool,
+    said: str,
+) -> Judgement:
+    taken = tuple((t - started, action) for t, action in actions)
+    return Judgement(scenario, taken, ended - started, exit_code, goal_reached, said)
+
+
+def pick(name: str, choose: Callable[[list[str]], str] | None = None) -> str:
+    """The scenario to play: NAME, or for 'random' one picked without naming it."""
+    if name != "random":
+        return name
+    return (choose or random.choice)(sorted(SCENARIOS))

@@ -18,7 +18,7 @@ from typing import Any
 from runbook_runner import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable, field_label, field_names, has_field
-from runbook_runner.runbook import Check, Expression, Runbook
+from runbook_runner.runbook import Check, Expression, Runbook, Within
 
 State = Mapping[str, Any]  # observation name -> record, tuple of records, or Unavailable
 
@@ -208,6 +208,9 @@ def evaluate_check(
                 )
             if check.within is not None:
                 items = _within(check, runbook, items, state, params)
+            if check.without is not None:
+                dropped = _within(check, runbook, items, state, params, check.without)
+                items = tuple(item for item in items if item not in dropped)
             if check.every is not None:
                 return _every(check, runbook, items, state, params)
             return _none(check, runbook, items, state, params)
@@ -246,14 +249,21 @@ def _cannot_tell(check: Check, reason: str) -> CheckResult:
 
 
 def _within(
-    check: Check, runbook: Runbook, items: tuple[Any, ...], state: State, params: Mapping[str, Any]
+    check: Check,
+    runbook: Runbook,
+    items: tuple[Any, ...],
+    state: State,
+    params: Mapping[str, Any],
+    scope: Within | None = None,
 ) -> tuple[Any, ...]:
-    """The items whose ``match`` field equals that of an item failing the other check."""
-    assert check.within is not None
-    other = evaluate_check(runbook.checks[check.within.failing], runbook, state, params)
+    """The items whose ``match`` field equals that of an item failing the other check
+    (``check.within``, or the ``scope`` given: ``without`` drops these)."""
+    scope = scope or check.within
+    assert scope is not None
+    other = evaluate_check(runbook.checks[scope.failing], runbook, state, params)
     if other.cannot_tell:
         raise _Unavailable(f"which items fail {other.name} cannot be told: {other.found}")
-    field = check.within.match
+    field = scope.match
     unmatched = [item.describe() for item in other.failing if getattr(item, field) is None]
     if unmatched:
         raise _Unavailable(

@@ -13,7 +13,7 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -59,8 +59,10 @@ def utc(now: float | None = None) -> str:
 class Journal:
     """Appends events to a file, each flushed and (unless told) fsynced before the call returns."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the time stamped on each line (a drill's simulated time); default now."""
         self.path = path
+        self.clock = clock
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file: IO[bytes] = path.open("ab")
@@ -86,7 +88,7 @@ class Journal:
         """Append one event. ``sync=False``: flushed to the OS (it survives this process
         dying), fsynced by the next synced write or :meth:`close`; for lines whose loss in a
         power cut costs at most repeating read-only work (an fsync is 1-10 ms a line)."""
-        record = {"t": utc(), "event": event, **fields}
+        record = {"t": utc(self.clock() if self.clock else None), "event": event, **fields}
         line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
         try:
             self._file.write(line.encode("utf-8", "replace"))
@@ -179,6 +181,7 @@ def summary(path: Path) -> dict[str, Any]:
         "host": start.get("host", "?"),
         "operator": start.get("operator", "?"),
         "result": _result(end) if end else "did not finish",
+        "drill": start.get("drill"),
     }
 
 
@@ -212,7 +215,12 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                 (
                     t,
                     "-",
-                    f"run of {event.get('runbook')} on {event.get('host')} by {event.get('operator')} started",
+                    f"run of {event.get('runbook')} on {event.get('host')} by {event.get('operator')} started"
+                    + (
+                        f" (drill: scenario {event['drill']}, simulated time)"
+                        if event.get("drill")
+                        else ""
+                    ),
                 )
             )
         elif kind == "observed" and event.get("label") in {"before", "after"}:
@@ -244,4 +252,15 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
             reached = event.get("reached_by")
             result = f"goal holds (reached by {reached})" if event.get("ok") else _result(event)
             rows.append((t, "-", f"run ended: {result}"))
+        elif kind == "drill-end":
+            actions = ", ".join(event.get("actions") or []) or "none"
+            verdict = "as the expert would" if event.get("ok") else "not as the expert would"
+            rows.append(
+                (
+                    t,
+                    "-",
+                    f"drill {event.get('scenario')}: {verdict}; actions: {actions}; "
+                    f"{event.get('recovery_s')} s (ideal {event.get('ideal_s')} s)",
+                )
+            )
     return rows

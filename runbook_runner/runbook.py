@@ -95,6 +95,7 @@ class Check:
     explain: Interpolated | None = None  # replaces the generic message
     empty_ok: bool = False  # an empty list is the expected state (else: cannot tell)
     within: Within | None = None  # only the items that match an item failing another check
+    without: Within | None = None  # less the items that match an item failing another check
 
     @property
     def over(self) -> str | None:
@@ -152,7 +153,7 @@ class Step:
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
 
 
-BLAST_RADIUS = ("none", "process", "service", "gpu", "node")
+BLAST_RADIUS = ("none", "process", "files", "service", "gpu", "node")
 
 
 @dataclass(frozen=True)
@@ -191,9 +192,9 @@ class Runbook:
             name = queue.pop()
             if name not in checks:
                 checks.append(name)
-                within = self.checks[name].within
-                if within is not None:
-                    queue.append(within.failing)
+                for scope in (self.checks[name].within, self.checks[name].without):
+                    if scope is not None:
+                        queue.append(scope.failing)
         pending = [n for check in checks for n in sorted(self.checks[check].names())]
         while pending:
             name = pending.pop()
@@ -340,6 +341,9 @@ def _build(data: dict[str, Any]) -> Runbook:
             empty_ok=spec.get("empty") == "ok",
             within=Within(spec["within"]["failing"], spec["within"]["match"])
             if "within" in spec
+            else None,
+            without=Within(spec["without"]["failing"], spec["without"]["match"])
+            if "without" in spec
             else None,
         )
         for name, spec in data["checks"].items()

@@ -40,10 +40,11 @@ _WIDE_COMMANDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     ),
     (re.compile(r"--gpu-reset(?!.*-i)"), "node", "a reset without -i resets every GPU"),
     (re.compile(r"\b(killall|pkill)\b"), "process", ""),
+    (re.compile(r"\brm\b"), "files", "it removes files"),
     (re.compile(r"\bsystemctl\s+(stop|restart|kill)\b"), "service", "it stops a service"),
     (re.compile(r"--gpu-reset"), "gpu", "it resets a GPU"),
 )
-_RADIUS = ("none", "process", "service", "gpu", "node")
+_RADIUS = ("none", "process", "files", "service", "gpu", "node")
 
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
@@ -241,9 +242,10 @@ class _Semantics:
                 self.expression((*path, "explain"), text, item_type, offset, want=None)
         if "empty" in spec and quantified is None:
             self.error((*path, "empty"), "'empty' goes with 'every' or 'none'")
-        within = spec.get("within")
-        if isinstance(within, dict) and isinstance(within.get("failing"), str):
-            self.within((*path, "within"), name, within, item_type)
+        for key in ("within", "without"):
+            within = spec.get(key)
+            if isinstance(within, dict) and isinstance(within.get("failing"), str):
+                self.within((*path, key), name, within, item_type)
 
     def within(self, path: Path, name: str, within: dict[str, Any], item_type: type | None) -> None:
         other_name = within["failing"]
@@ -255,11 +257,11 @@ class _Semantics:
             )
             return
         over = other.get("every", other.get("none"))
-        if "within" in other or not isinstance(over, str) or over not in self.observations:
-            self.error(
-                (*path, "failing"),
-                f"check {other_name!r} must have 'every' or 'none' and no 'within' of its own",
-            )
+        if not isinstance(over, str) or over not in self.observations:
+            self.error((*path, "failing"), f"check {other_name!r} must have 'every' or 'none'")
+            return
+        if self._scopes_reach(other_name, name):
+            self.error((*path, "failing"), f"check {other_name!r} is scoped by {name!r}: a cycle")
             return
         if item_type is None:
             self.error(path, "'within' goes with 'every' or 'none'")
@@ -273,6 +275,24 @@ class _Semantics:
                 f"{match!r} is not a field of both {item_type.__name__} and "
                 f"{other_type.__name__}{_suggest(match, shared)}",
             )
+
+    def _scopes_reach(self, start: str, target: str) -> bool:
+        """Does ``start`` (through its within/without) depend on ``target``?"""
+        seen, queue = set(), [start]
+        while queue:
+            current = queue.pop()
+            if current == target:
+                return True
+            if current in seen:
+                continue
+            seen.add(current)
+            spec = self.checks.get(current)
+            if isinstance(spec, dict):
+                for key in ("within", "without"):
+                    scope = spec.get(key)
+                    if isinstance(scope, dict) and isinstance(scope.get("failing"), str):
+                        queue.append(scope["failing"])
+        return False
 
     def list_observation(self, path: Path, name: str) -> type | None:
         lists = [n for n, s in self.observations.items() if PARSERS[s["parser"]].is_list]

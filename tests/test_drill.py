@@ -39,21 +39,22 @@ def drill(capsys, *argv):
 
 
 def changes(text: str) -> list[str]:
-    """The debrief's "What changed on the host" lines."""
-    lines = text.split("What changed on the host:\n")[1].splitlines()
+    """The debrief's "What the run did" lines: the actions the simulated host recorded."""
+    lines = text.split("What the run did:\n")[1].splitlines()
     found = []
     for line in lines:
-        if not line.startswith("    $ "):
+        if not line.startswith("    "):
             break
-        found.append(line[len("    $ ") :])
-    return found
+        if "(the host:" in line or "nothing to the host" in line:
+            continue
+        found.append(line.split(" s  ", 1)[1])
+    return found or ["nothing"]
 
 
 def test_oom_crash_is_fixed_by_resetting_only_gpus_0_and_2(capsys):
     code, out, _ = drill(capsys, "--scenario", "oom-crash", "--yes")
     assert code == ExitCode.OK
-    resets = [c for c in changes(out) if "--gpu-reset" in c]
-    assert resets == ["nvidia-smi --gpu-reset -i 0", "nvidia-smi --gpu-reset -i 2"]
+    assert changes(out) == ["reset GPU 0", "reset GPU 2"]
     assert "The rung that worked: reset-gpus" in out
     assert "docs/pitfalls/orphaned-gpu-memory.md" in out
 
@@ -65,44 +66,42 @@ def test_oom_crash_recovers_in_under_90_simulated_seconds_after_a_short_flat_wai
     assert minutes * 60 < 90
     # Memory did not move and no process was left: the wait stopped at its settle time.
     assert "wait-for-teardown        failed  (wait ended: no progress for 30 s, nothing left" in out
-    assert not any("-KILL" in c or "rmmod" in c for c in changes(out))
+    assert not any("SIGKILL" in c or "driver" in c for c in changes(out))
 
 
 def test_slow_teardown_is_fixed_by_waiting_not_by_killing(capsys):
     code, out, _ = drill(capsys, "--scenario", "slow-teardown", "--yes")
     assert code == ExitCode.OK
-    assert "The rung that worked: stop-server" in out
-    assert not any("-KILL" in c or "--gpu-reset" in c for c in changes(out))
-    assert "systemctl stop" not in "\n".join(changes(out))  # no GPU rung ran while it drained
+    assert "The rung that worked: wait-for-teardown" in out
+    assert changes(out) == ["nothing"]  # no signal, no reset, no service stopped
 
 
-def test_persistence_blocks_reset_until_the_daemon_is_stopped(capsys):
+def test_persistence_blocks_reset_until_only_that_gpu_leaves_persistence(capsys):
     code, out, _ = drill(capsys, "--scenario", "persistence-blocks-reset", "--yes")
     assert code == ExitCode.OK
-    done = changes(out)
-    assert done.index("systemctl stop nvidia-persistenced") < done.index(
-        "nvidia-smi --gpu-reset -i 1"
-    )
-    assert "systemctl start nvidia-persistenced" in done
-    assert [c for c in done if "--gpu-reset" in c] == [
-        "nvidia-smi --gpu-reset -i 1",
-        "nvidia-smi --gpu-reset -i 5",
+    assert changes(out) == [
+        "reset GPU 2",
+        "persistence off GPU 2",
+        "reset GPU 2",
+        "persistence on GPU 2",
     ]
+    assert "the reset of GPU 2 was refused" in out
 
 
 def test_stuck_d_state_stops_before_reboot_and_names_it(capsys):
     code, out, _ = drill(capsys, "--scenario", "stuck-d-state", "--yes")
     assert code == ExitCode.GOAL_NOT_MET
-    assert "next: reboot the host" in out
-    assert "reboot" not in changes(out)
-    assert "process 4123 [D]" in out
+    assert "reboot-for-stuck         declined  (needs --allow-reboot)" in out
+    assert changes(out) == ["nothing"]
+    assert "because of: PID 4123 [D]" in out
+    assert "--scenario stuck-d-state --yes --allow-reboot" in out
 
 
 def test_stuck_d_state_with_allow_reboot_reboots_and_comes_back(capsys):
     code, out, _ = drill(capsys, "--scenario", "stuck-d-state", "--yes", "--allow-reboot", "--json")
     assert code == ExitCode.OK
     document = json.loads(out)
-    assert document["reached_by"] == "reboot"
+    assert document["reached_by"] == "reboot-for-stuck"
     assert [g["memory_used_mib"] for g in document["state"]["gpus"]] == [3] * 8
 
 

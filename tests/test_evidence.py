@@ -9,8 +9,8 @@ from runbook_runner.errors import ParseError
 from runbook_runner.expect import evaluate_check, evaluate_when, outcome
 from runbook_runner.observe.fuser import parse_fuser
 from runbook_runner.observe.nvidia_smi_q import parse_query
-from runbook_runner.observe.state import DeviceHolder, Gpu, Unavailable
-from runbook_runner.runbook import loads
+from runbook_runner.observe.state import DeviceHolder, Gpu, HostProcess, Unavailable
+from runbook_runner.runbook import RunbookInvalid, loads
 
 # -- nvidia-smi -q ------------------------------------------------------------------------------
 
@@ -227,3 +227,67 @@ steps:
     (warning,) = runbook.warnings
     assert warning.startswith("w.yaml:13:")
     assert "holders of /dev/nvidiactl and /dev/nvidia-uvm" in warning
+
+
+WITHOUT = loads(
+    b"""name: t
+title: t
+summary: s
+parameters:
+  idle_mib: {type: integer, default: 1024, description: d}
+observations:
+  gpus: {command: nvidia-smi -q, parser: gpus-detail}
+  holders: {command: fuser -v /dev/nvidia* 2>&1, parser: device-holders, ok_exit: [0, 1]}
+  processes: {command: "ps -eo pid,stat,args", parser: processes}
+checks:
+  released: {description: d, every: gpus, expect: memory_used_mib <= idle_mib}
+  no-d-state: {description: d, none: processes, where: "state == 'D'"}
+  holders-gone:
+    description: d
+    none: holders
+    empty: ok
+    within: {failing: released, match: minor_number}
+  live-holders-gone:
+    description: d
+    none: holders
+    empty: ok
+    within: {failing: released, match: minor_number}
+    without: {failing: no-d-state, match: pid}
+  stuck-holders:
+    description: d
+    none: processes
+    where: "state == 'D'"
+    within: {failing: holders-gone, match: pid}
+goal: [released]
+""",
+    "t.yaml",
+)
+
+
+def test_without_drops_the_holders_in_d_state_and_within_may_chain():
+    gpus = (Gpu(index=0, minor_number=0, memory_used_mib=96_413),)
+    holders = (
+        DeviceHolder("/dev/nvidia0", 0, False, 4120, "root", "F...m", "python3"),
+        DeviceHolder("/dev/nvidia0", 0, False, 4121, "root", "F...m", "python3"),
+    )
+    processes = (HostProcess(4120, "D", "D", "python3"), HostProcess(4121, "S", "Sl", "python3"))
+    state = {"gpus": gpus, "holders": holders, "processes": processes}
+    live = evaluate_check(WITHOUT.checks["live-holders-gone"], WITHOUT, state, PARAMS)
+    assert [h.pid for h in live.failing] == [4121]  # 4120 is in D state: no signal reaches it
+    stuck = evaluate_check(WITHOUT.checks["stuck-holders"], WITHOUT, state, PARAMS)
+    assert [p.pid for p in stuck.failing] == [4120]  # a chained scope: holders of failing GPUs
+
+
+def test_a_scope_cycle_is_a_load_error():
+    text = b"""name: t
+title: t
+summary: s
+observations:
+  holders: {command: fuser -v /dev/nvidia* 2>&1, parser: device-holders, ok_exit: [0, 1]}
+checks:
+  a: {description: d, none: holders, within: {failing: b, match: pid}}
+  b: {description: d, none: holders, without: {failing: a, match: pid}}
+goal: [a]
+"""
+    with pytest.raises(RunbookInvalid, match="a cycle"):
+        loads(text, "t.yaml")

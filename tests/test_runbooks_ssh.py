@@ -84,8 +84,8 @@ def test_the_seed_incident_is_fixed_at_the_reset_rung_resetting_only_gpus_0_and_
     assert [call[-1] for call in resets(gpu_host)] == ["0", "2"]
     assert "reached by step 'reset-gpus'" in out
     calls = gpu_host.calls()
-    assert ["systemctl", "stop", "nvidia-persistenced"] in calls  # it blocks a reset
-    assert ["systemctl", "start", "nvidia-persistenced"] in calls  # and is put back
+    # the reset worked with the daemon running: no service was stopped that did not need to be
+    assert not any(c[:2] == ["systemctl", "stop"] for c in calls)
     assert not any(c[0] in {"rmmod", "reboot"} for c in calls)
     assert gpu_host.state().service("nvidia-persistenced").active
 
@@ -111,7 +111,9 @@ def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, 
     only_a_reboot_helps(gpu_host)
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS)
     assert code == ExitCode.GOAL_NOT_MET
-    assert [c[-1] for c in resets(gpu_host)] == ["0", "2"]
+    # refused: once, then again out of persistence mode (GPU 2 only), then the driver reload
+    assert [c[-1] for c in resets(gpu_host)] == ["0", "2", "2"]
+    assert ["nvidia-smi", "-i", "2", "-pm", "0"] in gpu_host.calls()
     assert ["rmmod", "nvidia_uvm"] in gpu_host.calls()
     assert not any(c[0] == "reboot" for c in gpu_host.calls())
     assert "next: reboot the host: runbook run gpu-oom-recovery" in out
@@ -166,10 +168,52 @@ def test_preflight_does_the_arithmetic(gpu_host, capsys, launch, code, message):
     assert message in out
 
 
-def test_preflight_from_parameters_without_a_launch_command(gpu_host, capsys):
-    args = ["--set", "tp_size=8", "--set", "hicache_size_gb=300"]
-    assert main(["check", PREFLIGHT, *gpu_host.cli_args(), *args]) == ExitCode.GOAL_NOT_MET
-    assert "8 ranks × 300 GB" in capsys.readouterr()[0]
+def test_preflight_without_a_launch_or_a_running_server_cannot_tell(gpu_host, capsys):
+    assert main(["check", PREFLIGHT, *gpu_host.cli_args()]) == ExitCode.CANNOT_TELL
+    out = capsys.readouterr()[0]
+    assert "goal holds on" not in out
+    assert "cannot tell" in out
+
+
+def test_preflight_ratio_path_uses_the_device_kv_pool_per_rank(gpu_host, capsys):
+    launch = "python3 -m sglang.launch_server --tp 8 --enable-hierarchical-cache --hicache-ratio 2"
+    args = ["--set", f"launch={launch}", "--set", "model_weights_gb=600", "--json"]
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), *args])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr()[0])["checks"]}
+    # 0.9 x 97,887 MiB = 92.4 GB, less 600 GB / 8 ranks = 17.4 GB of KV pool; x 2 = 34.8 GB
+    assert "the device KV pool per rank 17.38 GB" in checks["hicache-per-rank"]["message"]
+    assert "per rank 34.76 GB" in checks["hicache-per-rank"]["message"]
+    assert "8 ranks × 34.76 GB" in checks["hicache-fits"]["message"]
+    assert code == ExitCode.OK
+
+
+def test_preflight_ratio_path_without_the_weights_cannot_tell(gpu_host, capsys):
+    launch = "python3 -m sglang.launch_server --tp 8 --enable-hierarchical-cache"
+    assert main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}"]) == (
+        ExitCode.CANNOT_TELL
+    )
+
+
+def test_preflight_reads_the_running_servers_command_line(capsys):
+    from runbook_runner import drill as drills
+
+    drill = drills.start("wedged-server")  # runs --tp-size 8 --hicache-size 300
+    try:
+        argv = ["check", PREFLIGHT, "--host", "127.0.0.1", "--port", str(drill.host.port)]
+        argv += [
+            "--user",
+            "root",
+            "-i",
+            str(drill.identity),
+            "--known-hosts",
+            str(drill.known_hosts),
+        ]
+        argv += ["--ssh-config", str(drill.ssh_config)]
+        code = main(argv)
+    finally:
+        drill.close()
+    assert "8 ranks × 300 GB = 2,400 GB requested" in capsys.readouterr()[0]
+    assert code == ExitCode.GOAL_NOT_MET
 
 
 def test_preflight_fails_when_a_gpu_still_holds_memory(gpu_host, capsys):

@@ -20,9 +20,11 @@ from runbook_runner.observe import (
     nvidia_smi_q,
     ps,
     sglang,
+    shm,
     systemd,
     table,
     vllm,
+    xid,
 )
 from runbook_runner.observe.state import (
     DeviceHolder,
@@ -34,10 +36,12 @@ from runbook_runner.observe.state import (
     MemInfo,
     Memory,
     Number,
+    ShmSegment,
     TableRow,
     TextLine,
     UnitProperties,
     VllmLaunchConfig,
+    XidEvent,
 )
 
 
@@ -108,7 +112,25 @@ def _table(text: str, status: int, command: str) -> Any:
     return table.parse_table(text)
 
 
+def _xid(text: str, status: int, command: str) -> Any:
+    return xid.parse_xid(text)
+
+
+def _shm(text: str, status: int, command: str) -> Any:
+    return shm.parse_shm(text)
+
+
 PARSERS: dict[str, Parser] = {
+    "xid-events": Parser(
+        XidEvent, True, _xid, "dmesg: NVRM Xid lines, with NVIDIA's catalog action", "dmesg"
+    ),
+    "shm-segments": Parser(
+        ShmSegment,
+        True,
+        _shm,
+        "date +%s, then SIZE OWNER MTIME held|free PATH per /dev/shm file",
+        "the /dev/shm listing",
+    ),
     "gpus": Parser(Gpu, True, _gpus, "nvidia-smi --query-gpu=... --format=csv", "nvidia-smi"),
     "gpu-processes": Parser(
         GpuProcess,

@@ -251,7 +251,29 @@ _GPU_SPEC: dict[str, tuple[tuple[str, ...], Callable[[str | None, str], Any] | N
     "utilization_gpu_pct": (("utilization.gpu",), number),
     "temperature_c": (("temperature.gpu",), number),
     "persistence_mode": (("persistence_mode",), None),
+    "pcie_gen_current": (("pcie.link.gen.current",), integer),
+    "pcie_gen_max": (("pcie.link.gen.max",), integer),
+    "pcie_width_current": (("pcie.link.width.current",), integer),
+    "pcie_width_max": (("pcie.link.width.max",), integer),
+    "clocks_event_reasons": (
+        ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+        lambda value, what: bit_mask(value, what),
+    ),
+    "ecc_uncorrected_volatile": (("ecc.errors.uncorrected.volatile.total",), integer),
+    "retired_pages_pending": (("retired_pages.pending",), None),
+    "remapped_rows_pending": (("remapped_rows.pending",), None),
 }
+
+
+def bit_mask(value: str | None, what: str) -> int | None:
+    """A hexadecimal bit mask (``0x0000000000000001``), as the clocks reasons are printed."""
+    if value is None:
+        return None
+    try:
+        return int(value.strip(), 16)
+    except ValueError:
+        raise ParseError(f"{what}: {value[:40]!r} is not a hexadecimal bit mask") from None
+
 
 _PROCESS_SPEC: dict[str, tuple[tuple[str, ...], Callable[[str | None, str], Any] | None]] = {
     "pid": (("pid",), integer),

@@ -9,6 +9,8 @@ that a runbook can fall back to its parameters (``coalesce``).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shlex
 
 from runbook_runner.errors import ParseError
@@ -36,10 +38,31 @@ _TYPES = {
 }
 
 
+_LAUNCH_LINE = re.compile(
+    r"(?:^|\s)-m\s+sglang\.launch_server(?:\s|$)|(?:^|[\s/])sglang\s+serve(?:\s|$)"
+)
+
+
 def parse_launch(text: str) -> LaunchConfig:
-    """The flags of one launch command; an empty text gives an empty config."""
+    """The flags of the first SGLang launch command in the text (a planned one given as a
+    parameter, or ``ps -eo args`` of the host); no launch command gives an empty config
+    (every field None: nothing is known). A launch without --tp-size runs one rank."""
+    joined = text.replace("\\\n", " ")
+    lines = [line for line in joined.splitlines() if line.strip()]
+    launches = [line for line in lines if _LAUNCH_LINE.search(line)]
+    if len(lines) > 1 or (lines and not launches and "--" not in lines[0]):
+        if not launches:
+            return LaunchConfig()
+        joined = launches[0]
+    config = _flags(joined)
+    if joined.strip() and config.tp_size is None and launches:
+        config = dataclasses.replace(config, tp_size=1)
+    return config
+
+
+def _flags(text: str) -> LaunchConfig:
     try:
-        words = shlex.split(text.replace("\\\n", " "))
+        words = shlex.split(text)
     except ValueError as error:
         raise ParseError(f"the launch command does not split into words: {error}") from None
     values: dict[str, object] = {}

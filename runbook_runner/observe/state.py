@@ -62,6 +62,15 @@ class Gpu:
     temperature_c: float | None = _f("temperature.gpu", "°C")
     persistence_mode: str | None = _f("persistence_mode")
     minor_number: int | None = _f("minor number")  # N of /dev/nvidiaN (not always the index)
+    # What a node-health check in the field looks at (None where the GPU does not report it):
+    pcie_gen_current: int | None = _f("pcie.link.gen.current")
+    pcie_gen_max: int | None = _f("pcie.link.gen.max")
+    pcie_width_current: int | None = _f("pcie.link.width.current")
+    pcie_width_max: int | None = _f("pcie.link.width.max")
+    clocks_event_reasons: int | None = _f("clocks_event_reasons.active")  # a bit mask
+    ecc_uncorrected_volatile: int | None = _f("ecc.errors.uncorrected.volatile.total")
+    retired_pages_pending: str | None = _f("retired_pages.pending")  # Yes / No
+    remapped_rows_pending: str | None = _f("remapped_rows.pending")  # Yes / No
 
     def describe(self) -> str:
         return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
@@ -287,6 +296,42 @@ class DeviceHolder:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:...): CODE, ...`` kernel message, with the catalog's action."""
+
+    pci: str | None = _f("pci")
+    code: int | None = _f("xid")
+    pid: int | None = _f("pid")
+    message: str | None = _f("message")
+    action: str | None = _f("action")  # RESTART_APP, RESET_GPU, RESTART_BM, ... or LOOK_IT_UP
+    meaning: str | None = _f("meaning")
+
+    def describe(self) -> str:
+        return f"Xid {self.code} on {self.pci} ({self.action}: {self.meaning})"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class ShmSegment:
+    """One file in /dev/shm: its size, owner, age, and whether a live process holds it."""
+
+    path: str | None = _f("path")
+    size_bytes: int | None = _f("size", "bytes")
+    owner: str | None = _f("owner")
+    age_s: int | None = _f("age", "s")
+    held: bool | None = _f("held")
+
+    def describe(self) -> str:
+        size = f"{(self.size_bytes or 0) / 2**30:.1f} GiB"
+        return f"{self.path} ({size}, {self.owner}, {self.age_s} s old, {'held' if self.held else 'held by no process'})"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
 class Unavailable:
     """An observation that produced no state: the command or its parser failed."""
 
@@ -324,6 +369,8 @@ Record = (
     | TableRow
     | VllmLaunchConfig
     | DeviceHolder
+    | XidEvent
+    | ShmSegment
 )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import SimHost, SimProcess
+from runbook_runner.simhost.model import SHM_DIR, SimHost, SimProcess
 
 
 class ProcessTable(Protocol):
@@ -65,6 +65,15 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     if not host.driver_loaded:
         env.out(render.DRIVER_NOT_LOADED)
         return 9
+    lost = [g for g in host.gpus if g.lost]
+    if lost and not ({"-r", "--gpu-reset"} & set(args)):
+        env.out(
+            "".join(
+                f"Unable to determine the device handle for GPU{g.bus_id}: Unknown Error\n"
+                for g in lost
+            )
+        )
+        return 15
     fmt = (option(args, "--format") or "csv").split(",")
     header, units = "noheader" not in fmt, "nounits" not in fmt
     ids_text = option(args, "-i", "--id")
@@ -93,6 +102,9 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
         for gpu in host.gpus:
             if ids is None or gpu.index in ids:
                 gpu.persistence = enabled
+                host.act(f"persistence {'on' if enabled else 'off'} GPU {gpu.index}")
+                state = "Enabled" if enabled else "Disabled"
+                env.out(f"{state} persistence mode for GPU {gpu.bus_id}.\n")
         env.out("All done.\n")
         return 0
     if "-L" in args:
@@ -252,6 +264,9 @@ def fuser(env: Env, args: list[str]) -> int:
     /dev/nvidiaN of each GPU it uses and /dev/nvidiactl, /dev/nvidia-uvm (node-wide);
     running GPU services hold /dev/nvidiactl."""
     host = env.host
+    shm_named = [a for a in args if a.startswith(SHM_DIR + "/")]
+    if shm_named:
+        return _fuser_shm(env, args, shm_named)
     files = _device_files(host, args)
     minors = {f"/dev/nvidia{g.minor_number}": str(g.index) for g in host.gpus}
     table: list[tuple[str, SimProcess | None, str]] = []  # (file, process, service name)
@@ -289,6 +304,80 @@ def fuser(env: Env, args: list[str]) -> int:
             held_by = host.service(unit) if unit else None
             if held_by is not None:
                 held_by.active = False  # fuser -k takes the persistence daemon down too
+    return 0
+
+
+def _fuser_shm(env: Env, args: list[str], files: list[str]) -> int:
+    """fuser over /dev/shm files: the live process that has each open or mapped."""
+    host = env.host
+    rows = []
+    for file in files:
+        segment = next((s for s in host.shm if s.path == file), None)
+        if segment is None:
+            env.err(f"Specified filename {file} does not exist.\n")
+            continue
+        if segment.holder is not None and env.procs.alive(segment.holder):
+            rows.append((file, segment.holder))
+    if "-v" in args and rows:
+        env.err("                     USER        PID ACCESS COMMAND\n")
+        for file, pid in rows:
+            name = env.procs.cmdline(pid).split(" ")[0].rsplit("/", 1)[-1][:15]
+            env.err(f"{file + ':':<20} {env.user:<8} {pid:>6} F...m {name}\n")
+    elif "-s" not in args and rows:
+        env.out(" ".join(str(pid) for _, pid in rows) + "\n")
+    return 0 if rows else 1
+
+
+def rm(env: Env, args: list[str]) -> int:
+    """rm [-f] [--] FILE...: only files in /dev/shm exist on the simulated host. The drill's
+    shell has it; it is no stand-in for the tests' sshd, whose host lock needs a real rm
+    (and whose stat stand-in lists no /dev/shm file, so no run there ever removes one)."""
+    host = env.host
+    status = 0
+    for file in [a for a in args if not a.startswith("-")]:
+        segment = next((s for s in host.shm if s.path == file), None)
+        host.act(f"remove {file}")
+        if segment is None:
+            if "-f" not in args:
+                env.err(f"rm: cannot remove '{file}': No such file or directory\n")
+                status = 1
+            continue
+        host.shm.remove(segment)  # a holder keeps its mapping; the name is gone either way
+    return status
+
+
+def stat_(env: Env, args: list[str]) -> int:
+    """stat -c '%s %U %Y %n' FILE...: size, owner, mtime (epoch) and name."""
+    host = env.host
+    fmt = option(args, "-c", "--format") or "%n"
+    status = 0
+    for file in [a for a in args if a.startswith("/")]:
+        segment = next((s for s in host.shm if s.path == file), None)
+        if segment is None:
+            env.err(f"stat: cannot statx '{file}': No such file or directory\n")
+            status = 1
+            continue
+        values = {
+            "%s": str(segment.size_bytes),
+            "%U": segment.owner,
+            "%Y": str(int(segment.mtime + EPOCH)),
+            "%n": file,
+        }
+        text = fmt
+        for key, value in values.items():
+            text = text.replace(key, value)
+        env.out(text + "\n")
+    return status
+
+
+EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
+
+
+def date(env: Env, args: list[str]) -> int:
+    if "+%s" in args:
+        env.out(f"{int(env.host.now + EPOCH)}\n")
+    else:
+        env.out("Mon Nov 30 14:02:11 UTC 2026\n")
     return 0
 
 
@@ -345,6 +434,15 @@ def systemctl(env: Env, args: list[str]) -> int:
     quiet = "--quiet" in args or "-q" in args
     if words[:1] == ["reboot"]:
         return reboot(env, [])
+    if words[:1] == ["list-units"]:
+        running = "--state=running" in args
+        inactive = "--state=inactive" in args
+        for listed in host.services:
+            if (running and not listed.active) or (inactive and listed.active):
+                continue
+            state = "active running" if listed.active else "inactive dead"
+            env.out(f"{listed.name}.service loaded {state} {listed.name}\n")
+        return 0
     if len(words) < 2:
         env.err("systemctl: this stand-in needs VERB UNIT\n")
         return 1
@@ -366,7 +464,17 @@ def systemctl(env: Env, args: list[str]) -> int:
             env.err(f"Failed to {verb} {unit}: Unit {unit} not loaded.\n")
             return 5
         elif verb in {"stop", "start", "restart"}:
-            service.active = verb != "stop"
+            host.act(f"{verb} {service.name}")
+            if verb in {"stop", "restart"}:
+                service.active = False
+                for process in [p for p in host.processes if p.unit == service.name]:
+                    # systemd ends the unit's cgroup (SIGTERM, SIGKILL after TimeoutStopSec)
+                    if process.exits_at is None and not process.stuck:
+                        process.exits_at = host.now + process.teardown_s
+            if verb in {"start", "restart"}:
+                if service.runs:
+                    host.start_service(service)
+                service.active = True
     return 0
 
 
@@ -395,6 +503,7 @@ def rmmod(env: Env, args: list[str]) -> int:
             env.err(f"rmmod: ERROR: Module {module} is in use\n")
             return 1
         if module == "nvidia":
+            host.act("unload the driver")
             host.driver_loaded = False
             for gpu in host.gpus:
                 gpu.orphaned_mib = 0
@@ -404,6 +513,8 @@ def rmmod(env: Env, args: list[str]) -> int:
 def modprobe(env: Env, args: list[str]) -> int:
     host = env.host
     if "-r" not in args and any(a in MODULES for a in args):
+        if not host.driver_loaded:
+            host.act("load the driver")
         host.driver_loaded = True
     return 0
 
@@ -436,4 +547,6 @@ COMMANDS: dict[str, Command] = {
     "modprobe": modprobe,
     "reboot": reboot,
     "shutdown": record_only,
+    "stat": stat_,
+    "date": date,
 }

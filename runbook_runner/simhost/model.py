@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 GIB = 1024**3
+SHM_DIR = "/dev/shm"  # noqa: S108 -- a simulated folder: no file is ever made there
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
@@ -24,6 +25,16 @@ class SimGpu:
     persistence: bool = True
     minor: int | None = None  # N of /dev/nvidiaN; None: the index (not always so on real hosts)
     draining_mib_per_read: int = 0  # orphaned memory that falls by this much each time it is read
+    lost: bool = (
+        False  # fallen off the bus (Xid 79): nvidia-smi cannot reach it; only a reboot helps
+    )
+    persistence_blocks_reset: bool = (
+        False  # a reset is refused while this GPU is in persistence mode
+    )
+    pcie_width: int = 16  # the link trained at this width (x16 at most)
+    clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
+    ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded
+    rows_pending: bool = False  # a row remapping waits for the next reset
 
     @property
     def minor_number(self) -> int:
@@ -50,6 +61,25 @@ class SimProcess:
     ignores_term: bool = False
     stuck: bool = False  # in D state for good: no signal ends it
     exits_at: float | None = None  # simulated time at which it is gone
+    user: str = "root"
+    hidden: bool = False  # in another PID namespace (a container): not in ps or nvidia-smi's list
+    starts_at: float = 0.0  # loading: holds no GPU or pinned memory before this simulated time
+    unit: str = ""  # the systemd unit that started it
+
+
+@dataclass
+class SimShm:
+    """A file in /dev/shm: host RAM that stays used until the file is removed."""
+
+    name: str
+    size_bytes: int
+    owner: str = "root"
+    mtime: float = 0.0  # simulated time of its last change
+    holder: int | None = None  # the PID that has it open or mapped, if any
+
+    @property
+    def path(self) -> str:
+        return f"{SHM_DIR}/{self.name}"
 
 
 @dataclass
@@ -58,6 +88,11 @@ class SimService:
     active: bool = True
     enabled: bool = True
     holds_gpus: bool = True  # nvidia-persistenced, DCGM, exporters keep /dev/nvidia* open
+    restart: str = "no"  # Restart=: 'always' brings its processes back after they exit
+    runs: list[dict[str, Any]] = field(default_factory=list)  # SimProcess fields it starts
+    restart_s: float = 5.0  # RestartSec=
+    startup_s: float = 120.0  # what it takes a started server to load before it holds memory
+    died_at: float | None = None
 
 
 @dataclass
@@ -104,6 +139,25 @@ class SimHost:
     # are translated (free) speak it unless LC_ALL overrides it. "" is English, always.
     locale: str = ""
     missing_commands: list[str] = field(default_factory=list)  # answer 127, as if not installed
+    shm: list[SimShm] = field(default_factory=list)
+    now: float = 0.0  # the simulated time of the command being answered (set by the drill)
+    actions: list[tuple[float, str]] = field(default_factory=list)  # what changed the host, when
+    happened: list[tuple[float, str]] = field(default_factory=list)  # what the host did by itself
+    timeline: list[tuple[float, str, bool]] = field(default_factory=list)  # both, in order
+    next_pid: int = 20_000
+    boot_messages: list[str] = field(default_factory=list)  # the kernel log after a reboot
+
+    # -- what the drill judges ---------------------------------------------------------
+
+    def act(self, action: str) -> None:
+        """Record an action that changes (or tries to change) the host."""
+        self.actions.append((self.now, action))
+        self.timeline.append((self.now, action, False))
+
+    def note(self, event: str) -> None:
+        """Record what the host did by itself (a refusal, a restart by its supervisor)."""
+        self.happened.append((self.now, event))
+        self.timeline.append((self.now, event, True))
 
     # -- rules -------------------------------------------------------------------
 
@@ -121,21 +175,44 @@ class SimHost:
                 return gpu
         raise KeyError(index)
 
+    def share(self, process: SimProcess) -> float:
+        """How much of its memory a process still holds: none while loading, falling while
+        it tears down (exits_at set), all of it otherwise."""
+        if self.now < process.starts_at:
+            return 0.0
+        if process.exits_at is None or process.stuck or process.teardown_s <= 0:
+            return 1.0
+        left = (process.exits_at - self.now) / process.teardown_s
+        return min(1.0, max(0.0, left))
+
     def used_mib(self, gpu: SimGpu) -> int:
-        held = sum(p.gpu_mib.get(str(gpu.index), 0) for p in self.processes)
-        return gpu.idle_mib + gpu.orphaned_mib + held
+        held = sum(
+            int(p.gpu_mib.get(str(gpu.index), 0) * self.share(p))
+            for p in self.processes
+            if not (p.orphan_gpu_memory and p.exits_at is not None)
+        )
+        orphaned = sum(
+            p.gpu_mib.get(str(gpu.index), 0)
+            for p in self.processes
+            if p.orphan_gpu_memory and p.exits_at is not None
+        )
+        return gpu.idle_mib + gpu.orphaned_mib + held + orphaned
 
     def holders(self, gpu: SimGpu) -> list[str]:
         """What keeps a GPU in use: its processes, and running services that open every GPU."""
         names = [f"process {p.pid}" for p in self.processes if str(gpu.index) in p.gpu_mib]
-        names += [s.name for s in self.services if s.active and s.holds_gpus]
+        if gpu.persistence and gpu.persistence_blocks_reset:
+            names += [s.name for s in self.services if s.active and s.holds_gpus]
         return names
 
     def reset(self, gpu: SimGpu) -> str | None:
         """Reset one GPU; returns why it was refused, or None when it worked."""
         holders = self.holders(gpu)
-        if holders:
-            return "In use by another client"
+        self.act(f"reset GPU {gpu.index}")
+        refusal = "GPU is lost" if gpu.lost else "In use by another client" if holders else None
+        if refusal is not None:
+            self.note(f"the reset of GPU {gpu.index} was refused: {refusal}")
+            return refusal
         if gpu.resets_that_fail > 0:
             gpu.resets_that_fail -= 1
             return "Unknown Error"
@@ -143,21 +220,29 @@ class SimHost:
         return None
 
     def host_used_bytes(self) -> int:
-        pinned = sum(p.host_bytes for p in self.processes)
-        return self.memory_base_used_bytes + pinned + self.leaked_host_bytes
+        pinned = sum(int(p.host_bytes * self.share(p)) for p in self.processes)
+        shm = sum(segment.size_bytes for segment in self.shm)
+        return self.memory_base_used_bytes + pinned + self.leaked_host_bytes + shm
 
     def host_available_bytes(self) -> int:
         return max(0, self.memory_total_bytes - self.host_used_bytes())
 
     def reboot(self) -> None:
         """What a reboot does to the GPUs and memory; the caller ends the processes."""
+        self.act("reboot")
         self.processes.clear()
         self.leaked_host_bytes = 0
+        self.shm.clear()  # /dev/shm is a tmpfs
+        self.kernel_messages = list(self.boot_messages)
         for gpu in self.gpus:
             gpu.orphaned_mib = 0
             gpu.resets_that_fail = 0
+            gpu.lost = False
+            gpu.persistence = True
         for service in self.services:
             service.active = service.enabled
+            if service.active:
+                self.start_service(service, loading=True)
         self.driver_loaded = True
         self.module_held_by = ""
         self.boots += 1
@@ -178,6 +263,31 @@ class SimHost:
                 return service
         return None
 
+    def start_service(self, service: SimService, loading: bool = True) -> None:
+        """Start a unit's processes (a server loads for ``startup_s`` before it holds memory)."""
+        service.active = True
+        service.died_at = None
+        for spec in service.runs:
+            self.next_pid += 1
+            fields = dict(spec, pid=self.next_pid, unit=service.name)
+            if loading:
+                fields["starts_at"] = self.now + service.startup_s
+            self.processes.append(SimProcess(**fields))
+
+    def tick(self, alive: Callable[[int], bool]) -> None:
+        """What happens by itself as time passes: a unit with Restart= brings its server back."""
+        for service in self.services:
+            if not service.runs or not service.active:
+                continue
+            running = [p for p in self.processes if p.unit == service.name and alive(p.pid)]
+            if running:
+                continue
+            if service.died_at is None:
+                service.died_at = self.now
+            if service.restart == "always" and self.now >= service.died_at + service.restart_s:
+                self.note(f"{service.name} restarted the server (Restart=always)")
+                self.start_service(service)
+
     # -- persistence ---------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
@@ -191,6 +301,10 @@ class SimHost:
         data["services"] = [SimService(**s) for s in data.get("services", [])]
         if "filesystems" in data:
             data["filesystems"] = [SimFilesystem(**f) for f in data["filesystems"]]
+        data["shm"] = [SimShm(**s) for s in data.get("shm", [])]
+        data["actions"] = [tuple(a) for a in data.get("actions", [])]
+        data["happened"] = [tuple(a) for a in data.get("happened", [])]
+        data["timeline"] = [tuple(a) for a in data.get("timeline", [])]
         return cls(**data)
 
     def save(self, path: Path) -> None:

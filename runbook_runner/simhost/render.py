@@ -34,6 +34,15 @@ _GPU_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu], str]]] = {
     "utilization.gpu": ("%", lambda h, g: "0"),
     "driver_version": ("", lambda h, g: h.driver_version),
     "count": ("", lambda h, g: str(len(h.gpus))),
+    "pcie.link.gen.current": ("", lambda h, g: "5"),
+    "pcie.link.gen.max": ("", lambda h, g: "5"),
+    "pcie.link.width.current": ("", lambda h, g: str(g.pcie_width)),
+    "pcie.link.width.max": ("", lambda h, g: "16"),
+    "clocks_event_reasons.active": ("", lambda h, g: f"0x{g.clocks_reasons:016x}"),
+    "clocks_throttle_reasons.active": ("", lambda h, g: f"0x{g.clocks_reasons:016x}"),
+    "ecc.errors.uncorrected.volatile.total": ("", lambda h, g: str(g.ecc_uncorrected)),
+    "retired_pages.pending": ("", lambda h, g: "[N/A]"),
+    "remapped_rows.pending": ("", lambda h, g: "Yes" if g.rows_pending else "No"),
 }
 
 _APP_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu, SimProcess], str]]] = {
@@ -92,7 +101,7 @@ def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bo
         lines.append(", ".join(_header_cell(f, _APP_FIELDS[f][0]) for f in fields))
     for gpu in host.gpus:
         for process in host.processes:
-            if str(gpu.index) in process.gpu_mib:
+            if str(gpu.index) in process.gpu_mib and not process.hidden:
                 cells = [
                     _value_cell(_APP_FIELDS[f][1](host, gpu, process), _APP_FIELDS[f][0], units)
                     for f in fields
@@ -202,7 +211,7 @@ def table(host: SimHost, now: float | None = None) -> str:
         (gpu.index, process, mib)
         for gpu in host.gpus
         for process in host.processes
-        if (mib := process.gpu_mib.get(str(gpu.index)))
+        if (mib := process.gpu_mib.get(str(gpu.index))) and not process.hidden
     ]
     if not rows:
         lines.append("|  No running processes found" + " " * 61 + "|")

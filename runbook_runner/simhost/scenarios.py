@@ -1,31 +1,77 @@
-"""Drill scenarios: the state a simulated 8-GPU server starts in, each named for what it teaches."""
+"""The scenario matrix: incidents an on-call engineer meets on an 8-GPU inference server.
+
+One table, in code: each row builds the host's state (GPUs, processes with their GPU and
+state, host RAM, /dev/shm, kernel messages, services), and says what an expert does (the
+minimal set of actions, by blast radius), the ideal time to recovery in simulated seconds,
+the lesson, and the site page that explains it. ``runbook drill --scenario NAME`` plays a
+row; tests/test_scenarios.py proves the runbook does what the expert would on every row;
+the docs site renders the table (its drills page).
+
+Actions are written as the simulated host records them (model.SimHost.act):
+``SIGTERM 4120``, ``reset GPU 2``, ``persistence off GPU 2``, ``stop sglang``,
+``remove /dev/shm/NAME``, ``load the driver``, ``reboot``.
+
+Xid codes and what to do about them follow NVIDIA's Xid catalog
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, the column
+"Resolution Bucket (Immediate Action)"); see observe/xid.py.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runbook_runner.simhost.model import GIB, SimHost, SimProcess, SimService, eight_gpu_server
+from runbook_runner.simhost.model import (
+    GIB,
+    SimHost,
+    SimProcess,
+    SimService,
+    SimShm,
+    eight_gpu_server,
+)
 
 LAUNCH = (
     "python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --trust-remote-code "
     "--tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300"
 )
+VLLM = "python3 -m vllm.entrypoints.openai.api_server --model /shared/qwen3-235b --tensor-parallel-size 8"
+START = 1_000.0  # the drill's clock starts here (simulated.SimClock)
+XID_CATALOG = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    teaches: str
+    teaches: str  # the drill's headline: what the scenario is named for
     build: Callable[[], SimHost]
+    wrong: str = ""  # what is wrong on the host
+    expert: str = ""  # what an expert does, in words
+    actions: tuple[str, ...] = ()  # the expert's minimal set of actions
+    ideal_s: float = 60.0  # the expert's time to recovery (or to stopping), simulated
+    lesson: str = ""
+    page: str = "pitfalls/orphaned-gpu-memory.md"  # the site page (under docs/) that explains it
+    ends: str = "goal"  # 'goal': the goal holds at the end; 'stopped': the run stops, as it should
+    exit_code: int = 0
+    message: str = ""  # what the run says when it stops
+    params: tuple[tuple[str, str], ...] = ()  # --set NAME=VALUE the operator passes
+    allow_reboot: bool = False  # the row is played with --allow-reboot
+    runbook: str = "gpu-oom-recovery"
+
+    @property
+    def docs_page(self) -> str:
+        return self.page
 
 
 def _server(
-    orphaned: tuple[int, ...] = (), teardown_s: float = 20.0, **flags: object
+    orphaned: tuple[int, ...] = (),
+    teardown_s: float = 20.0,
+    ranks: tuple[int, ...] = tuple(range(8)),
+    launcher: bool = True,
+    **flags: object,
 ) -> list[SimProcess]:
     """SGLang at TP 8: the launcher and one scheduler per GPU, each pinning its host pool."""
-    processes = [SimProcess(pid=4101, cmdline=LAUNCH, teardown_s=1.0)]
-    for rank in range(8):
+    processes = [SimProcess(pid=4101, cmdline=LAUNCH, teardown_s=1.0)] if launcher else []
+    for rank in ranks:
         processes.append(
             SimProcess(
                 pid=4120 + rank,
@@ -40,9 +86,20 @@ def _server(
     return processes
 
 
+def _pids(*pids: int, signal: str = "SIGTERM") -> tuple[str, ...]:
+    return tuple(f"{signal} {pid}" for pid in pids)
+
+
+RANKS = tuple(4120 + rank for rank in range(8))
+
+
+# -- the host states ------------------------------------------------------------------------
+
+
 def oom_crash() -> SimHost:
     host = eight_gpu_server()
-    host.processes = _server(orphaned=(0, 2))
+    host.gpu(0).orphaned_mib = 96_410
+    host.gpu(2).orphaned_mib = 96_410
     host.kernel_messages = [
         "[Mon Nov 30 14:02:11 2026] Out of memory: Killed process 4127 (sglang::schedul) "
         "total-vm:412000000kB, anon-rss:39845888kB",
@@ -51,74 +108,412 @@ def oom_crash() -> SimHost:
 
 
 def slow_teardown() -> SimHost:
+    """Killed a moment ago: every process is in D state, unpinning; memory falls for 30 s."""
     host = eight_gpu_server()
-    host.processes = _server(teardown_s=60.0)
+    host.processes = _server(teardown_s=30.0)
+    for process in host.processes:
+        process.teardown_s = 30.0
+        process.exits_at = START + 30.0
+    return host
+
+
+def wedged_server() -> SimHost:
+    host = eight_gpu_server()
+    host.processes = _server(teardown_s=15.0)
+    return host
+
+
+def pattern_mismatch() -> SimHost:
+    """A vLLM server whose API process died; its eight workers still hold the GPUs."""
+    host = eight_gpu_server()
+    host.processes = [
+        SimProcess(
+            pid=6120 + rank,
+            cmdline=f"VLLM::Worker_TP{rank}",
+            gpu_mib={str(rank): 88_000},
+            host_bytes=20 * GIB,
+            teardown_s=10.0,
+            user="vllm",
+        )
+        for rank in range(8)
+    ]
+    return host
+
+
+def other_team_on_gpu5() -> SimHost:
+    host = eight_gpu_server()
+    for index in range(4):
+        host.gpu(index).orphaned_mib = 91_000
+    host.processes = [
+        SimProcess(
+            pid=7001,
+            cmdline="python3 train.py --config ablation-12.yaml",
+            gpu_mib={"5": 80_000},
+            host_bytes=20 * GIB,
+            teardown_s=5.0,
+            user="alice",
+        )
+    ]
     return host
 
 
 def persistence_blocks_reset() -> SimHost:
     host = eight_gpu_server()
     host.services.append(SimService("dcgm-exporter"))
-    host.gpu(1).orphaned_mib = 96_402
-    host.gpu(5).orphaned_mib = 96_398
+    host.gpu(2).orphaned_mib = 96_402
+    host.gpu(2).persistence_blocks_reset = True
+    return host
+
+
+def supervisor_restarts_server() -> SimHost:
+    host = eight_gpu_server()
+    spec = [{"cmdline": LAUNCH, "teardown_s": 1.0}] + [
+        {
+            "cmdline": f"sglang::scheduler_TP{rank}",
+            "gpu_mib": {str(rank): 90_112},
+            "host_bytes": 38 * GIB,
+            "teardown_s": 15.0,
+        }
+        for rank in range(8)
+    ]
+    unit = SimService("sglang", holds_gpus=False, restart="always", runs=spec)
+    host.services.append(unit)
+    host.now = START
+    host.start_service(unit, loading=False)
+    host.actions.clear()
+    return host
+
+
+def nccl_rank_died() -> SimHost:
+    """Rank 3 died; the launcher and seven ranks spin in an NCCL collective that never ends."""
+    host = eight_gpu_server()
+    host.processes = _server(ranks=(0, 1, 2, 4, 5, 6, 7), ignores_term=True)
+    host.kernel_messages = [
+        "[Mon Nov 30 14:02:11 2026] sglang::schedul[4123]: segfault at 0 ip 00007f3a1c2b4e10 "
+        "sp 00007ffd5c1a2f70 error 4 in libc.so.6[7f3a1c200000+195000]",
+    ]
     return host
 
 
 def stuck_d_state() -> SimHost:
     host = eight_gpu_server()
-    stuck = SimProcess(
-        pid=4123,
-        cmdline="sglang::scheduler_TP3",
-        gpu_mib={"3": 95_870},
-        host_bytes=38 * GIB,
-        stuck=True,
-    )
-    host.processes = [stuck]
+    host.processes = [
+        SimProcess(
+            pid=4123,
+            cmdline="sglang::scheduler_TP3",
+            gpu_mib={"3": 95_870},
+            host_bytes=38 * GIB,
+            stuck=True,
+        )
+    ]
     host.kernel_messages = [
         "[Mon Nov 30 14:07:40 2026] INFO: task sglang::schedul:4123 blocked for more than 122 seconds.",
-        "[Mon Nov 30 14:07:41 2026] NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus.",
+        "[Mon Nov 30 14:07:40 2026] Call Trace: uvm_gpu_wait+0x4c/0xa0 [nvidia_uvm]",
+    ]
+    return host
+
+
+def xid_79() -> SimHost:
+    host = eight_gpu_server()
+    host.gpu(3).lost = True
+    host.kernel_messages = [
+        "[Mon Nov 30 14:07:41 2026] NVRM: Xid (PCI:0000:48:00): 79, pid=4123, "
+        "GPU has fallen off the bus.",
+        "[Mon Nov 30 14:07:41 2026] NVRM: GPU 0000:48:00.0: GPU has fallen off the bus.",
+    ]
+    return host
+
+
+def leaked_shm() -> SimHost:
+    """The server is gone; 120 GiB of its /dev/shm segments are not. A database holds its own."""
+    host = eight_gpu_server()
+    host.processes = [SimProcess(pid=7101, cmdline="postgres: checkpointer", user="postgres")]
+    host.shm = [
+        SimShm("sglang_hicache_0", 40 * GIB, "root", START - 900),
+        SimShm("sglang_hicache_1", 40 * GIB, "root", START - 900),
+        SimShm("sglang_hicache_2", 40 * GIB, "root", START - 900),
+        SimShm("PostgreSQL.2131", 2 * GIB, "postgres", START - 86_400, holder=7101),
+        SimShm("sem.mp-8f2a", 32, "root", START - 5),  # seconds old: someone is starting up
+    ]
+    return host
+
+
+def host_ram_unpinning() -> SimHost:
+    """GPUs clean; the dead server's last process still unpins a 240 GiB pool (D state)."""
+    host = eight_gpu_server()
+    host.processes = [
+        SimProcess(
+            pid=4120,
+            cmdline="sglang::scheduler_TP0",
+            host_bytes=240 * GIB,
+            teardown_s=40.0,
+            exits_at=START + 40.0,
+        )
     ]
     return host
 
 
 def host_ram_leak() -> SimHost:
     host = eight_gpu_server()
-    host.leaked_host_bytes = 120 * GIB  # leaked /dev/shm segments; every GPU is clean
+    host.leaked_host_bytes = 120 * GIB  # held where no /dev/shm file shows it; every GPU is clean
     return host
 
 
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in [
-        Scenario(
-            "oom-crash",
-            "the incident: after the server dies, GPUs 0 and 2 keep their memory; "
-            "waiting does not help, a reset of just those two does",
-            oom_crash,
-        ),
-        Scenario(
-            "slow-teardown",
-            "pinned host memory takes a minute to be released after the kill: "
-            "waiting is the fix, killing harder is not",
-            slow_teardown,
-        ),
-        Scenario(
-            "persistence-blocks-reset",
-            "a GPU reset is refused while nvidia-persistenced and the "
-            "exporter hold the GPUs; stop them first, start them after",
-            persistence_blocks_reset,
-        ),
-        Scenario(
-            "stuck-d-state",
-            "a process stuck in D state ignores every signal and blocks reset and "
-            "driver unload: only a reboot helps",
-            stuck_d_state,
-        ),
-        Scenario(
-            "host-ram-leak",
-            "120 GiB of host RAM held by leaked /dev/shm segments while every GPU is clean: "
-            "no GPU rung may run for a host-memory problem",
-            host_ram_leak,
-        ),
+def nvidia_smi_missing() -> SimHost:
+    host = eight_gpu_server()
+    host.missing_commands = ["nvidia-smi"]
+    return host
+
+
+def driver_not_loaded() -> SimHost:
+    host = eight_gpu_server()
+    host.driver_loaded = False
+    host.services = []
+    return host
+
+
+def container_holds_gpu2() -> SimHost:
+    host = eight_gpu_server()
+    host.processes = [
+        SimProcess(
+            pid=8812,
+            cmdline="python3 /app/serve.py",
+            gpu_mib={"2": 71_000},
+            host_bytes=8 * GIB,
+            teardown_s=5.0,
+            hidden=True,
+            user="1000",
+        )
     ]
-}
+    return host
+
+
+# -- the matrix ----------------------------------------------------------------------------
+
+MATRIX: tuple[Scenario, ...] = (
+    Scenario(
+        "oom-crash",
+        "the incident: after the server dies, GPUs 0 and 2 keep their memory; "
+        "waiting does not help, a reset of just those two does",
+        oom_crash,
+        wrong="orphaned memory on GPUs 0 and 2 (96,413 MiB each), no process left",
+        expert="wait briefly for the memory to move; it does not: reset GPUs 0 and 2 only",
+        actions=("reset GPU 0", "reset GPU 2"),
+        ideal_s=40,
+        lesson="memory with no process left is orphaned: reset exactly the GPUs that hold it",
+        page="pitfalls/orphaned-gpu-memory.md",
+    ),
+    Scenario(
+        "slow-teardown",
+        "pinned host memory takes half a minute to be released after the kill: "
+        "waiting is the fix, killing harder is not",
+        slow_teardown,
+        wrong="the server was just killed; its processes are in D state, unpinning, memory falling",
+        expert="wait while the memory falls; touch nothing",
+        actions=(),
+        ideal_s=35,
+        lesson="a process in D state ignores every signal; memory that still falls needs time",
+        page="pitfalls/host-memory-after-kill.md#1-pinned-memory-still-being-torn-down",
+    ),
+    Scenario(
+        "wedged-server",
+        "a server that is running but wedged stops on SIGTERM; SIGKILL is only for one that "
+        "ignores it",
+        wedged_server,
+        wrong="the SGLang server runs, holds every GPU, answers nothing",
+        expert="SIGTERM the server's processes, wait for them to exit; SIGKILL only if needed",
+        actions=_pids(4101, *RANKS),
+        ideal_s=20,
+        lesson="the gentlest signal first: a clean exit frees pinned and GPU memory itself",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+    ),
+    Scenario(
+        "pattern-mismatch",
+        "a vLLM server while the pattern names SGLang: the GPUs' own holders are the targets, "
+        "SIGTERM first",
+        pattern_mismatch,
+        wrong="vLLM workers hold all eight GPUs; server_pattern names SGLang and matches nothing",
+        expert="find the processes on the failing GPUs (fuser /dev/nvidiaN) and SIGTERM them",
+        actions=_pids(*(6120 + rank for rank in range(8))),
+        ideal_s=15,
+        lesson="find targets from the failing GPUs' device files, not from a name",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+    ),
+    Scenario(
+        "other-team-gpu5",
+        "another team's job on GPU 5 while our server crashed on GPUs 0-3: recover 0-3, never "
+        "touch GPU 5",
+        other_team_on_gpu5,
+        wrong="orphaned memory on GPUs 0-3; alice's training job runs on GPU 5",
+        expert="reset GPUs 0-3; leave GPU 5 and its process alone",
+        actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
+        ideal_s=40,
+        lesson="scope the recovery to your server's GPUs (--set first_gpu/last_gpu)",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        params=(("first_gpu", "0"), ("last_gpu", "3")),
+    ),
+    Scenario(
+        "persistence-blocks-reset",
+        "the reset of GPU 2 is refused while it is in persistence mode: take only that GPU "
+        "out of persistence, reset it, put it back",
+        persistence_blocks_reset,
+        wrong="orphaned memory on GPU 2; nvidia-persistenced keeps GPU 2 open, so its reset is refused",
+        expert="nvidia-smi -i 2 -pm 0 (the daemon honours it), reset GPU 2, nvidia-smi -i 2 -pm 1; "
+        "stop the daemon only if that fails",
+        actions=("reset GPU 2", "persistence off GPU 2", "persistence on GPU 2"),
+        ideal_s=45,
+        lesson="the smallest blast radius that works: one GPU out of persistence, not the daemon",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+    ),
+    Scenario(
+        "supervisor-restarts-server",
+        "a systemd unit with Restart=always brings the server back mid-recovery: stop the unit "
+        "first, recover, start it again",
+        supervisor_restarts_server,
+        wrong="the server runs under sglang.service (Restart=always) and holds every GPU",
+        expert="systemctl stop sglang, wait for the GPUs to be released, systemctl start sglang",
+        actions=("stop sglang", "start sglang"),
+        ideal_s=25,
+        lesson="kill a supervised server and its supervisor starts it again: stop the unit",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+    ),
+    Scenario(
+        "nccl-rank-died",
+        "one rank died and the other seven spin in NCCL: the job is the unit, stop every rank",
+        nccl_rank_died,
+        wrong="rank 3 segfaulted; the launcher and seven ranks spin in a collective, GPUs busy",
+        expert="SIGTERM every process of the job; the spinning ranks ignore it: SIGKILL them",
+        actions=_pids(4101, *(p for p in RANKS if p != 4123))
+        + _pids(*(p for p in RANKS if p != 4123), signal="SIGKILL"),
+        ideal_s=60,
+        lesson="a collective never finishes without its dead rank: no teardown to wait for",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+    ),
+    Scenario(
+        "stuck-d-state",
+        "a process stuck in D state ignores every signal and blocks reset and driver unload: "
+        "only a reboot helps, and the runbook asks for --allow-reboot",
+        stuck_d_state,
+        wrong="scheduler 4123 is stuck in the driver (D state) holding GPU 3; no Xid logged",
+        expert="no kill helps: go to the reboot rung, which asks and needs --allow-reboot",
+        actions=(),
+        ideal_s=45,
+        lesson="D state + memory that does not move = stuck: only a reboot, and it is asked for",
+        page="pitfalls/host-memory-after-kill.md#3-processes-in-d-state",
+        ends="stopped",
+        exit_code=1,
+        message="needs --allow-reboot",
+    ),
+    Scenario(
+        "xid-79",
+        "Xid 79: GPU 3 fell off the bus; NVIDIA's catalog says reboot (RESTART_BM): "
+        "straight to the reboot rung",
+        xid_79,
+        wrong="NVRM: Xid 79 on 0000:48:00 (GPU 3); nvidia-smi cannot reach GPU 3",
+        expert="skip every rung that cannot work; reboot (with --allow-reboot)",
+        actions=("reboot",),
+        ideal_s=110,
+        lesson="read the kernel log first: an Xid's catalog action decides the rung",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        allow_reboot=True,
+    ),
+    Scenario(
+        "leaked-shm",
+        "host RAM held by /dev/shm segments of the dead server: remove only those no live "
+        "process holds; no GPU action",
+        leaked_shm,
+        wrong="120 GiB in three /dev/shm segments nobody holds; a database holds its own segment",
+        expert="list segments with size, owner, age; remove the three nobody holds (fuser), "
+        "leave the held one and the seconds-old one",
+        actions=tuple(f"remove /dev/shm/sglang_hicache_{i}" for i in range(3)),
+        ideal_s=10,
+        lesson="a /dev/shm file is RAM until removed; the holders decide, not the name",
+        page="pitfalls/host-memory-after-kill.md",
+    ),
+    Scenario(
+        "host-ram-unpinning",
+        "host RAM only, the kernel still unpinning a dead process's pool: wait",
+        host_ram_unpinning,
+        wrong="GPUs clean; one exiting process (D state) still unpins 240 GiB, falling",
+        expert="wait while it falls; no GPU rung, no signal",
+        actions=(),
+        ideal_s=45,
+        lesson="host RAM and GPU memory are separate ladders; unpinning takes tens of seconds",
+        page="pitfalls/host-memory-after-kill.md#1-pinned-memory-still-being-torn-down",
+    ),
+    Scenario(
+        "host-ram-leak",
+        "120 GiB of host RAM held while every GPU is clean and no /dev/shm file explains it: "
+        "no GPU rung may run for a host-memory problem; the last resort asks",
+        host_ram_leak,
+        wrong="120 GiB of host RAM used by nothing the runbook can see; GPUs clean",
+        expert="no GPU action; look where the memory is (Shmem, slabs); a reboot only if asked",
+        actions=(),
+        ideal_s=45,
+        lesson="a host-RAM problem never climbs the GPU ladder",
+        page="pitfalls/host-memory-after-kill.md",
+        ends="stopped",
+        exit_code=1,
+        message="needs --allow-reboot",
+    ),
+    Scenario(
+        "nvidia-smi-missing",
+        "nvidia-smi is not installed: nothing can be told, so nothing is done",
+        nvidia_smi_missing,
+        wrong="nvidia-smi: command not found",
+        expert="stop: cannot tell; install nvidia-smi (or fix PATH) and look again",
+        actions=(),
+        ideal_s=5,
+        lesson="not knowing is not failing: cannot tell stops, it never escalates",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        ends="stopped",
+        exit_code=6,
+        message="cannot tell",
+    ),
+    Scenario(
+        "driver-not-loaded",
+        "the NVIDIA driver is not loaded: the rung meant for it loads it, nothing else",
+        driver_not_loaded,
+        wrong="nvidia-smi: couldn't communicate with the NVIDIA driver (modules not loaded)",
+        expert="load the driver (modprobe nvidia, nvidia_uvm) and look again",
+        actions=("load the driver",),
+        ideal_s=10,
+        lesson="a typed failure is evidence: act on that condition, not on a generic failure",
+        page="pitfalls/orphaned-gpu-memory.md#driver-reload-preconditions",
+    ),
+    Scenario(
+        "container-holds-gpu2",
+        "a container's process, invisible to ps, holds /dev/nvidia2: found through the device "
+        "file, scoped to GPU 2",
+        container_holds_gpu2,
+        wrong="GPU 2 holds 71,003 MiB; neither ps nor nvidia-smi lists a process for it",
+        expert="fuser -v /dev/nvidia2 finds PID 8812: SIGTERM it, nothing else",
+        actions=("SIGTERM 8812",),
+        ideal_s=10,
+        lesson="the device file knows every holder, whatever the PID namespace",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+    ),
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in MATRIX}
+
+
+def matrix_table(link: Callable[[str], str] = lambda page: page) -> str:
+    """The matrix as a Markdown table for the site (docs/hooks.py): each row's state, what an
+    expert does and their actions, the ideal time, how the run must end, and the lesson with
+    its page (``link`` turns a page path into the link the site needs)."""
+    lines = [
+        "| scenario | what is wrong | what an expert does | actions | ideal | ends | lesson |",
+        "|---|---|---|---|---:|---|---|",
+    ]
+    for s in MATRIX:
+        actions = ", ".join(f"`{a}`" for a in s.actions) or "none"
+        ends = "goal reached" if s.ends == "goal" else f"stops, exit {s.exit_code}: {s.message}"
+        lesson = f"{s.lesson} ([read]({link(s.page)}))"
+        cells = [f"`{s.name}`", s.wrong, s.expert, actions, f"{s.ideal_s:.0f} s", ends, lesson]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [
+        "",
+        f"Xid actions follow NVIDIA's Xid catalog: <{XID_CATALOG}>.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.simhost.commands import COMMANDS, Env
+from runbook_runner.simhost.model import SHM_DIR
 
 Word = list[tuple[str, str]]  # (text, kind): kind "lit" (quoted), "dq" (double-quoted), "bare"
 _OPERATORS = ("&&", "||", ";;", ";", "|", "\n", "(", ")")
@@ -413,6 +414,9 @@ class Shell:
                         fields.append("")
                 else:
                     fields[-1] += value
+        if not quoted and len(fields) == 1 and fields[0] == SHM_DIR + "/*":
+            names = [s.path for s in self.env.host.shm]
+            return names or fields  # like sh: a glob that matches nothing stays as it is
         return [f for f in fields if f or quoted]
 
     def run_simple(self, command: Simple, stdin: str) -> int:
@@ -455,6 +459,9 @@ class Shell:
     def call(self, argv: list[str], stdin: str) -> int:
         name, args = argv[0].rsplit("/", 1)[-1], argv[1:]
         self.calls.append([name, *args])
+        if name in self.env.host.missing_commands:
+            self.env.err(f"sh: 1: {name}: not found\n")
+            return 127
         if name in self.utilities:
             return self.utilities[name](self, args, stdin)
         if name in COMMANDS:

@@ -45,6 +45,8 @@ class SimProcesses:
 
     def signal(self, pid: int, signum: int) -> bool:
         process = self._find(pid)
+        if signum:
+            self.host.act(f"{signal.Signals(signum).name} {pid}")
         if process is None or not self.alive(pid):
             return False
         fatal = signum in (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)

@@ -54,7 +54,9 @@ class DrillHost:
 
     def execute(self, command: str) -> Outcome:
         with self._lock:
+            self.host.now = self.clock.now()
             self.host.forget_dead(self.processes.alive)
+            self.host.tick(self.processes.alive)
             rebooted: list[bool] = []
             env = Env(
                 self.host, self.processes, on_reboot=lambda: rebooted.append(True), user=self.user

@@ -99,6 +99,26 @@ def _cat(shell: Shell, args: list[str], stdin: str) -> int:
     return 0
 
 
+def _cut(shell: Shell, args: list[str], stdin: str) -> int:
+    """cut -d C -f N (one field)."""
+    delimiter, number = "\t", 1
+    for i, arg in enumerate(args):
+        if arg.startswith("-d"):
+            delimiter = arg[2:] or (args[i + 1] if i + 1 < len(args) else "\t")
+        if arg.startswith("-f"):
+            number = int(arg[2:] or args[i + 1])
+    for line in stdin.splitlines():
+        parts = line.split(delimiter)
+        shell.env.out((parts[number - 1] if number <= len(parts) else "") + "\n")
+    return 0
+
+
+def _rm(shell: Shell, args: list[str], stdin: str) -> int:
+    from runbook_runner.simhost.commands import rm
+
+    return rm(shell.env, args)
+
+
 def _true(shell: Shell, args: list[str], stdin: str) -> int:
     return 0
 
@@ -171,7 +191,7 @@ def _ps(shell: Shell, args: list[str], stdin: str) -> int:
     rows += [
         (p.pid, table.state(p.pid), table.wchan(p.pid), p.cmdline)  # type: ignore[attr-defined]
         for p in shell.env.host.processes
-        if table.alive(p.pid)
+        if table.alive(p.pid) and not p.hidden  # a container's PID namespace is not ours
     ]
     rows.append((int(shell.vars["$"]), "Ss", "do_wait", "sh -c (this command)"))
     headers = {"pid": "PID", "stat": "STAT", "args": "COMMAND", "cmd": "CMD", "comm": "COMMAND"}
@@ -224,6 +244,8 @@ def _sh(shell: Shell, args: list[str], stdin: str) -> int:
 def _test(shell: Shell, args: list[str], stdin: str) -> int:
     if args and args[-1] == "]":
         args = args[:-1]
+    if len(args) == 2 and args[0] == "-e":
+        return 0 if any(args[1] == s.path for s in shell.env.host.shm) else 1
     if len(args) == 2 and args[0] in ("-z", "-n"):
         return 0 if (args[1] == "") == (args[0] == "-z") else 1
     if len(args) == 3:
@@ -253,6 +275,8 @@ UTILITIES: dict[str, Utility] = {
     "tail": _tail,
     "wc": _wc,
     "cat": _cat,
+    "cut": _cut,
+    "rm": _rm,
     "true": _true,
     ":": _true,
     "false": _false,
