@@ -597,11 +597,13 @@ def cmd_drill(args: argparse.Namespace) -> int:
     scenario = drill.scenario
     out = console.Output(args.json)
     try:
+        label = "Test" if getattr(args, "command", "") == "test" else "Drill"
         if named:
-            out.line(out.style(f"Drill: {name}", "bold") + f": {scenario.teaches}.")
+            out.line(out.style(f"{label}: {name}", "bold") + f": {scenario.teaches}.")
         else:
             out.line(
-                out.style("Drill: a scenario picked at random", "bold") + " (the debrief names it)."
+                out.style(f"{label}: a scenario picked at random", "bold")
+                + " (the debrief names it)."
             )
         _describe_simulated_host(out, drill)
         given = {item.split("=", 1)[0] for item in getattr(args, "set", None) or []}

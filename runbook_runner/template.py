@@ -333,7 +333,32 @@ def _reparser(words: list[str]) -> str | None:
             i += 2 if rest[i] in ("-o", "+o") else 1
         if i == len(rest) - 1:
             return name
+        # The script is an earlier word; but one that holds an unquoted expansion ($x,
+        # `cmd`) may expand to nothing and vanish, and the placeholder's word moves up into
+        # the script's place: sh -c $unset {{ x }}.
+        original = words[k + 1 :]
+        if any(_may_vanish(word) for word in original[i:-1]):
+            return name
     return None
+
+
+def _may_vanish(word: str) -> bool:
+    """Whether a shell word holds an unquoted expansion (``$x``, ``$(..)``, backticks):
+    such a word may expand to nothing and be dropped from the command."""
+    quote: str | None = None
+    escaped = False
+    for c in word:
+        if escaped:
+            escaped = False
+        elif c == "\\" and quote != "'":
+            escaped = True
+        elif quote is None and c in "'\"":
+            quote = c
+        elif c == quote:
+            quote = None
+        elif quote is None and c in "$`":
+            return True
+    return False
 
 
 def _advance(i: int, by: int, spans: dict[int, int]) -> int:

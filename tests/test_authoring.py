@@ -183,7 +183,8 @@ def test_test_with_a_scenario_is_the_drill_without_questions(capsys, in_repo):
     code, out, _ = run_cli(capsys, "test", "gpu-oom-recovery", "--scenario", "oom-crash")
     assert code == ExitCode.OK
     assert "Test: oom-crash" in out
-    assert "nvidia-smi --gpu-reset -i 0" in out
+    assert "reset GPU 0" in out
+    assert "reset GPU 2" in out
 
 
 def test_a_bad_state_file_is_one_line_exit_2(capsys, in_repo, tmp_path):
