@@ -354,7 +354,8 @@ def _fleet_run(args: argparse.Namespace) -> int:
     mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
     plan = batches(hosts, args.serial)
     out.line(
-        f"{runbook.name} on {len(hosts)} hosts, {args.serial} at a time ({len(plan)} batches){mode}"
+        f"{runbook.name} on {render.plural(len(hosts), 'host')}, {args.serial} at a time "
+        f"({render.plural(len(plan), 'batch', 'batches')}){mode}"
     )
     asks = runbook.destructive and not args.dry_run and not args.yes and sys.stdin.isatty()
     outcomes: list[HostOutcome] = []
@@ -544,6 +545,11 @@ def _run_one(
                     reached_by=report.reached_by if report is not None else None,
                     declined=report.declined if report is not None else None,
                     interrupted=report is None,
+                    blocked=(
+                        report.blocked.message
+                        if report is not None and report.blocked is not None
+                        else None
+                    ),
                     outcome=(
                         "interrupted"
                         if report is None
@@ -583,6 +589,15 @@ def _run_one(
         "steps": [r.to_json() for r in report.steps],
     }
     elapsed = time.monotonic() - started
+    if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
+        return HostOutcome(
+            host.name,
+            summary.FAILING,
+            ExitCode.CANNOT_TELL,
+            f"stopped: cannot tell — before {report.blocked.id}",
+            elapsed,
+            {**record, "blocked": report.blocked.message},
+        )
     if report.declined:
         blocked = any("reboots" in r for r in refusals)
         reason = refusals[0] if refusals else "declined"

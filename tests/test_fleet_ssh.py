@@ -504,3 +504,22 @@ def test_a_host_that_never_speaks_ssh_times_out_as_its_own_outcome(fleet, files,
     assert "gpu1: ok" in out
     assert "mute1: unreachable — SSH handshake failed" in out
     assert out.splitlines()[-1] == "2 hosts: 1 ok, 1 unreachable"
+
+
+def test_a_host_that_cannot_be_observed_is_stopped_with_exit_6_not_escalated(fleet, files, capsys):
+    """Evidence before action on many hosts too: gpu2's driver is not loaded, so its reset
+    is blocked (cannot tell), the others recover, and the fleet exits 6."""
+    for host in fleet:
+        orphan(host)
+    state = eight_gpu_server(services=[])
+    state.driver_loaded = False
+    fleet[1].set_state(state)
+    code, out, _ = cli(
+        capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--serial", "3", "--yes",
+        "--max-fail", "3", "--user", fleet[0].user, *files["common"],
+    )  # fmt: skip
+    assert code == ExitCode.CANNOT_TELL, out
+    assert "gpu2: stopped: cannot tell — before reset-gpus" in out
+    assert resets(fleet[1]) == []
+    assert resets(fleet[0])
+    assert resets(fleet[2])
