@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 
-from runbook_runner.errors import ParseError
+from runbook_runner.observe.launchflags import flag_values
 from runbook_runner.observe.state import LaunchConfig
 
 _VALUED = {
@@ -61,26 +60,7 @@ def parse_launch(text: str) -> LaunchConfig:
 
 
 def _flags(text: str) -> LaunchConfig:
-    try:
-        words = shlex.split(text)
-    except ValueError as error:
-        raise ParseError(f"the launch command does not split into words: {error}") from None
-    values: dict[str, object] = {}
-    for i, word in enumerate(words):
-        flag, equals, inline = word.partition("=")
-        if flag == "--enable-hierarchical-cache":
-            values["hicache_enabled"] = True
-        if flag not in _VALUED:
-            continue
-        if equals:
-            raw = inline
-        elif i + 1 < len(words):
-            raw = words[i + 1]
-        else:
-            raise ParseError(f"{flag} is missing its value")
-        field = _VALUED[flag]
-        try:
-            values[field] = _TYPES[field](raw)
-        except ValueError:
-            raise ParseError(f"{flag} {raw!r}: expected {_TYPES[field].__name__}") from None
+    words, values = flag_values(text, _VALUED, _TYPES)
+    if any(word.partition("=")[0] == "--enable-hierarchical-cache" for word in words):
+        values["hicache_enabled"] = True
     return LaunchConfig(**values)  # type: ignore[arg-type]

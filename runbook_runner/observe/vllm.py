@@ -11,9 +11,7 @@ TP x PP ranks, which vLLM divides among them.
 
 from __future__ import annotations
 
-import shlex
-
-from runbook_runner.errors import ParseError
+from runbook_runner.observe.launchflags import flag_values
 from runbook_runner.observe.state import VllmLaunchConfig
 
 _VALUED = {
@@ -40,24 +38,5 @@ _TYPES = {
 
 def parse_launch(text: str) -> VllmLaunchConfig:
     """The flags of one ``vllm serve`` (or ``python -m vllm.entrypoints...``) command."""
-    try:
-        words = shlex.split(text.replace("\\\n", " "))
-    except ValueError as error:
-        raise ParseError(f"the launch command does not split into words: {error}") from None
-    values: dict[str, object] = {}
-    for i, word in enumerate(words):
-        flag, equals, inline = word.partition("=")
-        if flag not in _VALUED:
-            continue
-        if equals:
-            raw = inline
-        elif i + 1 < len(words):
-            raw = words[i + 1]
-        else:
-            raise ParseError(f"{flag} is missing its value")
-        field = _VALUED[flag]
-        try:
-            values[field] = _TYPES[field](raw)
-        except ValueError:
-            raise ParseError(f"{flag} {raw!r}: expected {_TYPES[field].__name__}") from None
+    _, values = flag_values(text.replace("\\\n", " "), _VALUED, _TYPES)
     return VllmLaunchConfig(**values)  # type: ignore[arg-type]
