@@ -28,6 +28,42 @@ def gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
+def signal_mid_run(
+    gpu_host, runbook: Path, pid_file: Path, signum: int
+) -> tuple[int, int, str, str]:
+    """Run the runbook with --yes in a subprocess; once the remote command has written its
+    PID, send ``signum`` to that subprocess (ours, never the host's). Returns the remote
+    PID, the exit status and the output."""
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runbook_runner",
+            "run",
+            str(runbook),
+            *gpu_host.cli_args(),
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        pid = int(
+            wait_for(
+                lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the remote PID"
+            )
+        )
+        assert not gone(pid)
+        runner.send_signal(signum)
+        out, err = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    return pid, runner.returncode, out, err
+
+
 @pytest.mark.parametrize(
     ("signum", "code"),
     [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
@@ -60,32 +96,8 @@ steps:
     timeout: 120
 """
     )
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runbook_runner",
-            "run",
-            str(runbook),
-            *gpu_host.cli_args(),
-            "--yes",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        pid = int(
-            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the sleeper")
-        )
-        assert not gone(pid)
-        runner.send_signal(signum)
-        out, err = runner.communicate(timeout=30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == code, out + err
+    pid, returncode, out, err = signal_mid_run(gpu_host, runbook, pid_file, signum)
+    assert returncode == code, out + err
     assert f"interrupted ({signal.Signals(signum).name})" in err
     assert "ended on the host" in err
     wait_for(lambda: gone(pid), 10, "the remote command to end")
@@ -131,30 +143,6 @@ steps:
     affects: process
 """
     )
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runbook_runner",
-            "run",
-            str(runbook),
-            *gpu_host.cli_args(),
-            "--yes",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        pid = int(
-            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the observer")
-        )
-        assert not gone(pid)
-        runner.send_signal(signal.SIGTERM)
-        out, err = runner.communicate(timeout=30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 143, out + err
+    pid, returncode, out, err = signal_mid_run(gpu_host, runbook, pid_file, signal.SIGTERM)
+    assert returncode == 143, out + err
     wait_for(lambda: gone(pid), 10, "the batched observation to end on the host")
