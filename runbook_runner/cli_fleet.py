@@ -215,18 +215,7 @@ def _fleet_check(args: argparse.Namespace) -> int:
 
     outcomes = _gather(out, messages, hosts, work, forks, jsonl=args.jsonl)
     _print_summary(out, outcomes)
-    code = summary.worst(o.code for o in outcomes)
-    if args.json:
-        document = {
-            "runbook": runbook.name,
-            "parameters": cli_host._secret_free(runbook, params),
-            "ok": code == ExitCode.OK,
-            "exit_code": int(code),
-            "summary": summary.totals(outcomes),
-            "hosts": [o.to_json() for o in _in_order(outcomes, hosts)],
-        }
-        print(json.dumps(document, indent=2))
-    return code
+    return _fleet_end(args, runbook, params, hosts, outcomes)
 
 
 def _check_one(
@@ -394,11 +383,23 @@ def _fleet_run(args: argparse.Namespace) -> int:
             [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
         )
     _print_summary(out, _in_order(outcomes, hosts))
+    return _fleet_end(args, runbook, params, hosts, outcomes, dry_run=args.dry_run)
+
+
+def _fleet_end(
+    args: argparse.Namespace,
+    runbook: Any,
+    params: dict[str, Any],
+    hosts: list[Any],
+    outcomes: list[HostOutcome],
+    **extra: Any,
+) -> int:
+    """The fleet's exit code (the worst over hosts), and with --json its one document."""
     code = summary.worst(o.code for o in outcomes)
     if args.json:
         document = {
             "runbook": runbook.name,
-            "dry_run": args.dry_run,
+            **extra,
             "parameters": cli_host._secret_free(runbook, params),
             "ok": code == ExitCode.OK,
             "exit_code": int(code),
