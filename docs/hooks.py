@@ -139,7 +139,7 @@ def _figures_page() -> str:
 
 
 def _drills_page() -> str:
-    from runbook_runner.simhost.scenarios import SCENARIOS
+    from runbook_runner.simhost.scenarios import SCENARIOS, matrix_table
 
     lines = [
         "---",
@@ -162,7 +162,7 @@ def _drills_page() -> str:
     ]
     for name, scenario in SCENARIOS.items():
         pages = DRILL_PAGES.get(name)
-        page = getattr(scenario, "page", "")
+        page = scenario.page
         if not pages and page:  # the scenario's own page (the matrix names one per row)
             pages = [(_page_title(page), page)]
         if not pages:
@@ -180,11 +180,11 @@ def _drills_page() -> str:
             scenario.teaches[0].upper() + scenario.teaches[1:] + ".",
             "",
         ]
-        wrong, expert = getattr(scenario, "wrong", ""), getattr(scenario, "expert", "")
+        wrong, expert = scenario.wrong, scenario.expert
         if wrong:
             lines += [f"**What is wrong:** {_cell(wrong)}", ""]
         if expert:
-            ideal = getattr(scenario, "ideal_s", None)
+            ideal = scenario.ideal_s
             lines += [
                 f"**What an expert does:** {_cell(expert)}"
                 + (f" (ideal time: {ideal:g} s, simulated)" if ideal else ""),
@@ -192,7 +192,7 @@ def _drills_page() -> str:
             ]
         lines += [
             "```sh",
-            f"runbook drill {getattr(scenario, 'runbook', 'gpu-oom-recovery')} --scenario {name}",
+            f"runbook drill {scenario.runbook} --scenario {name}",
             "```",
         ]
     lines += [
@@ -204,21 +204,18 @@ def _drills_page() -> str:
         "",
         "The drills run the [GPU OOM recovery](runbooks/gpu-oom-recovery.md) runbook.",
     ]
-    from runbook_runner.simhost import scenarios as scenario_module
-
-    if hasattr(scenario_module, "matrix_table"):
-        lines += [
-            "",
-            "## The scenario matrix {#matrix}",
-            "",
-            "Every drill as one row: what is wrong on the host, what an expert does (the fewest "
-            "actions, the smallest blast radius), the ideal time to recovery in simulated "
-            "seconds, and where the run must end. The test suite plays each row over SSH and "
-            "fails if the runbook takes an action the expert would not, misses one, or takes "
-            "more than 1.5 times the ideal.",
-            "",
-            scenario_module.matrix_table(),
-        ]
+    lines += [
+        "",
+        "## The scenario matrix {#matrix}",
+        "",
+        "Every drill as one row: what is wrong on the host, what an expert does (the fewest "
+        "actions, the smallest blast radius), the ideal time to recovery in simulated "
+        "seconds, and where the run must end. The test suite plays each row over SSH and "
+        "fails if the runbook takes an action the expert would not, misses one, or takes "
+        "more than 1.5 times the ideal.",
+        "",
+        matrix_table(),
+    ]
     return "\n".join(lines) + "\n"
 
 
