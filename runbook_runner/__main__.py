@@ -1,3 +1,3 @@
-from runbook_runner.cli import main
+from runbook_runner.cli import entry
 
-raise SystemExit(main())
+entry()

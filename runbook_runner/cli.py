@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
+import importlib
 import os
 import signal
 import sys
@@ -11,16 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from runbook_runner import __version__, cli_fleet, cli_host, exitcodes, render
-from runbook_runner import journal as journal_module
-from runbook_runner.catalog import UnknownRunbook
-from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError, UsageError
+from runbook_runner import __version__, exitcodes
+from runbook_runner.errors import UsageError
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.expr import EvalError
-from runbook_runner.hostlock import HostLocked, LockUnavailable
-from runbook_runner.parameters import ParameterError
-from runbook_runner.runbook import RunbookInvalid, load
 from runbook_runner.safetext import visible
+
+# Only what parsing the command line needs is imported here: a command imports the rest
+# when it runs (`run` and `check` start connecting to the host first: see connecting.py).
+
 
 EPILOG = f"""\
 examples:
@@ -47,6 +47,9 @@ def _err(message: str) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from runbook_runner import cli_host, render
+    from runbook_runner.runbook import RunbookInvalid, load
+
     runbooks, broken = [], []
     for name, path in cli_host.catalog(args).paths().items():
         try:
@@ -71,11 +74,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if not args.runbook:
         raise UsageError("show needs a runbook NAME (or --parsers)", "runbook show")
+    from runbook_runner import cli_host, render
+
     print(render.runbook_details(cli_host.load_named(args)))
     return ExitCode.OK
 
 
 def _validation_targets(args: argparse.Namespace) -> list[Path]:
+    from runbook_runner import cli_host
+
     catalog = cli_host.catalog(args)
     if not args.paths:
         return list(catalog.paths().values())
@@ -96,6 +103,9 @@ def _plural(count: int, noun: str) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from runbook_runner import render
+    from runbook_runner.runbook import RunbookInvalid, load
+
     targets = _validation_targets(args)
     if not targets:
         _err("nothing to validate: no runbook files found")
@@ -209,6 +219,20 @@ def _add_consent_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+SCENARIO_NAMES = "{scenarios}"
+
+
+class _CommandFormatter(argparse.RawDescriptionHelpFormatter):
+    """A command's help; the scenario names are looked up only when help is printed (the
+    scenario matrix is not imported just to parse a command line)."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        text = super()._expand_help(action)
+        if SCENARIO_NAMES in text:
+            text = text.replace(SCENARIO_NAMES, ", ".join(_scenarios()))
+        return text
+
+
 class _CommandsFormatter(argparse.RawDescriptionHelpFormatter):
     """A command column wide enough for "postmortem", so each command's help is one line
     (argparse sizes the column from the options only)."""
@@ -237,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
             description=help_text,
             # The exit codes are listed once, in 'runbook --help'.
             epilog=f"example:\n  {example}\n\nexit codes: see 'runbook --help'",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_CommandFormatter,
         )
         sub.add_argument("--runbooks", metavar="DIR", help="folder of runbook YAML files")
         sub.set_defaults(handler=handler)
@@ -268,14 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     check = add(
         "check",
-        cli_fleet.cmd_check,
+        cmd_check,
         "observe a host and check a runbook's goal (read-only)",
         "runbook check gpu-node-health --hosts 'gpu[001-128]'",
     )
     _add_host_options(check)
     run = add(
         "run",
-        cli_fleet.cmd_run,
+        cmd_run,
         "run a runbook's steps on a host, then check its goal",
         "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
     )
@@ -318,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runs = add(
         "runs",
-        cli_host.cmd_runs,
+        _later("cli_host", "cmd_runs"),
         "list recent runs, or show one as a timeline",
         "runbook runs show 20261130T",
     )
@@ -334,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     postmortem = add(
         "postmortem",
-        cli_host.cmd_postmortem,
+        _later("cli_host", "cmd_postmortem"),
         "a postmortem page under docs/postmortems/ from a run's journal",
         "runbook postmortem new --from-run 20261130T --title 'GPU 3 held after a crash'",
     )
@@ -354,18 +378,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drill = add(
         "drill",
-        cli_host.cmd_drill,
+        _later("cli_host", "cmd_drill"),
         "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
-    from runbook_runner.simhost.scenarios import SCENARIOS
-
     drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
     drill.add_argument(
         "--scenario",
         default="oom-crash",
         help="a scenario of the matrix (runbook_runner/simhost/scenarios.py): "
-        + ", ".join(SCENARIOS)
+        + SCENARIO_NAMES
         + "; or 'random' to be told which only in the debrief (default: oom-crash)",
     )
     _add_consent_options(drill)
@@ -382,13 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = add(
         "test",
-        cli_host.cmd_test,
+        _later("cli_host", "cmd_test"),
         "run a runbook on a simulated host in a given state",
         "runbook test gpu-oom-recovery --scenario stuck-d-state",
     )
     test.add_argument("runbook", metavar="FILE", help="a runbook's YAML file, or its name")
     given = test.add_mutually_exclusive_group()
-    given.add_argument("--scenario", help="a drill scenario: " + ", ".join(_scenarios()))
+    given.add_argument("--scenario", help="a drill scenario: " + SCENARIO_NAMES)
     given.add_argument(
         "--state", metavar="STATE.yaml", help="a YAML file describing the host (see the README)"
     )
@@ -463,6 +485,64 @@ def _ask_page(pages: list[str]) -> str:
     return pages[int(answer) - 1]
 
 
+def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command's handler, imported only when that command runs."""
+
+    def handler(args: argparse.Namespace) -> int:
+        command = getattr(importlib.import_module(f"runbook_runner.{module}"), name)
+        return int(command(args))
+
+    return handler
+
+
+def _is_fleet(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
+
+
+def _one_host(args: argparse.Namespace, prog: str) -> None:
+    """Refuse what one --host cannot take, then start connecting to it at once, before
+    the rest of the command is even imported (see connecting.py)."""
+    if not args.host:
+        raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
+    if getattr(args, "jsonl", False):
+        raise UsageError("--jsonl is for many hosts (--hosts, --inventory); use --json", prog)
+    from runbook_runner.connecting import Connecting
+
+    args.connecting = Connecting(args)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if _is_fleet(args):
+        from runbook_runner import cli_fleet
+
+        return cli_fleet.fleet_check(args)
+    _one_host(args, "runbook check")
+    from runbook_runner import cli_host
+
+    return cli_host.cmd_check(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if _is_fleet(args):
+        from runbook_runner import cli_fleet
+
+        return cli_fleet.fleet_run(args)
+    _one_host(args, "runbook run")
+    from runbook_runner import cli_host
+
+    return cli_host.cmd_run(args)
+
+
+def entry() -> NoReturn:
+    """The `runbook` command (and `python -m runbook_runner`)."""
+    code = main()
+    # Every object left is about to go; freezing them spares the interpreter's last garbage
+    # collections a walk over all of them (a tenth of a short run). Files are still closed
+    # and flushed as usual.
+    gc.freeze()
+    raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -474,43 +554,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         _err(f"{error.prog}: {error}; see '{error.prog} --help'")
         return ExitCode.BAD_INPUT
-    except RunbookInvalid as error:
-        for line in error.lines:
-            _err(line)
-        return ExitCode.BAD_INPUT
-    except HostLocked as error:
-        _err(
-            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
-            "with its connection; on a host without flock, re-run with --break-lock)"
-        )
-        return ExitCode.LOCKED
-    except journal_module.JournalWriteError as error:
-        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
-        return ExitCode.JOURNAL
-    except LockUnavailable as error:
-        _err(f"runbook: {error}")
-        return ExitCode.LOCKED
-    except journal_module.UnknownRun as error:
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    except journal_module.JournalError as error:
-        _err(f"runbook: {error}")
-        return ExitCode.JOURNAL
-    except NeedsConfirmation as error:
-        _err(f"runbook: stopped: {error}")
-        return ExitCode.DECLINED
-    except (UnknownRunbook, ParameterError, cli_host.StateFileInvalid) as error:
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    except SshSetupError as error:
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.BAD_INPUT
-    except EvalError as error:  # a duration computed from --set values that cannot be computed
-        _err(f"runbook: cannot compute a value of the runbook: {error}")
-        return ExitCode.BAD_INPUT
-    except TransportError as error:
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.HOST_UNREACHABLE
     except KeyboardInterrupt as interrupt:
         # 130 for Ctrl-C (SIGINT); 128 + the signal for SIGTERM (143) and SIGHUP (129).
         signum = getattr(interrupt, "signum", signal.SIGINT)
@@ -525,19 +568,75 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         return 128 + int(signum)
-    except BrokenPipeError:
+    except Exception as error:
+        code = _failed(error)
+        if code is None:  # the last guard: a bug is one line and its own code
+            if os.environ.get("RUNBOOK_DEBUG"):
+                raise
+            _err(
+                f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
+                "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
+            )
+            return ExitCode.INTERNAL
+        return code
+
+
+def _failed(error: Exception) -> int | None:
+    """Say why a command failed, in one line (a runbook's problems: one line each), and pick
+    its exit code; None for a failure nobody planned for (a bug). The modules whose errors
+    these are load here, on failure, so that a command that works never imports them."""
+    from runbook_runner import journal
+    from runbook_runner.catalog import UnknownRunbook
+    from runbook_runner.cli_host import StateFileInvalid
+    from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
+    from runbook_runner.expr import EvalError
+    from runbook_runner.hostlock import HostLocked, LockUnavailable
+    from runbook_runner.parameters import ParameterError
+    from runbook_runner.runbook import RunbookInvalid
+
+    if isinstance(error, RunbookInvalid):
+        for line in error.lines:
+            _err(line)
+        return ExitCode.BAD_INPUT
+    if isinstance(error, HostLocked):
+        _err(
+            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
+            "with its connection; on a host without flock, re-run with --break-lock)"
+        )
+        return ExitCode.LOCKED
+    if isinstance(error, journal.JournalWriteError):
+        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
+        return ExitCode.JOURNAL
+    if isinstance(error, LockUnavailable):
+        _err(f"runbook: {error}")
+        return ExitCode.LOCKED
+    if isinstance(error, journal.UnknownRun):
+        _err(f"runbook: {error}")
+        return ExitCode.BAD_INPUT
+    if isinstance(error, journal.JournalError):
+        _err(f"runbook: {error}")
+        return ExitCode.JOURNAL
+    if isinstance(error, NeedsConfirmation):
+        _err(f"runbook: stopped: {error}")
+        return ExitCode.DECLINED
+    if isinstance(error, UnknownRunbook | ParameterError | StateFileInvalid):
+        _err(f"runbook: {error}")
+        return ExitCode.BAD_INPUT
+    if isinstance(error, SshSetupError):
+        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
+        return ExitCode.BAD_INPUT
+    if isinstance(error, EvalError):  # a duration computed from --set values that cannot be
+        _err(f"runbook: cannot compute a value of the runbook: {error}")
+        return ExitCode.BAD_INPUT
+    if isinstance(error, TransportError):
+        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
+        return ExitCode.HOST_UNREACHABLE
+    if isinstance(error, BrokenPipeError):
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()
         return ExitCode.OK
-    except OSError as error:  # a local file named on the command line: missing, too long, ...
+    if isinstance(error, OSError):  # a local file named on the command line: missing, ...
         where = f"{str(error.filename)[:200]}: " if error.filename else ""
         _err(f"runbook: {where}{error.strerror or error}")
         return ExitCode.BAD_INPUT
-    except Exception as error:  # the last guard: a bug is one line and its own code
-        if os.environ.get("RUNBOOK_DEBUG"):
-            raise
-        _err(
-            f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
-            "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
-        )
-        return ExitCode.INTERNAL
+    return None

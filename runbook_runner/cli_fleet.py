@@ -39,31 +39,6 @@ if TYPE_CHECKING:
     from runbook_runner.transport import SshTarget, SshTransport
 
 
-def is_fleet(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    if not is_fleet(args):
-        _need_host(args, "runbook check")
-        return cli_host.cmd_check(args)
-    return _fleet_check(args)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    if not is_fleet(args):
-        _need_host(args, "runbook run")
-        return cli_host.cmd_run(args)
-    return _fleet_run(args)
-
-
-def _need_host(args: argparse.Namespace, prog: str) -> None:
-    if not args.host:
-        raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
-    if getattr(args, "jsonl", False):
-        raise UsageError("--jsonl is for many hosts (--hosts, --inventory); use --json", prog)
-
-
 # -- selecting ------------------------------------------------------------------------------
 
 
@@ -191,7 +166,7 @@ def _failing(results: Sequence[Any]) -> list[tuple[str, str]]:
 # -- check ----------------------------------------------------------------------------------
 
 
-def _fleet_check(args: argparse.Namespace) -> int:
+def fleet_check(args: argparse.Namespace) -> int:
     from runbook_runner.parameters import resolve_parameters
 
     if args.json and args.jsonl:
@@ -311,7 +286,7 @@ def _print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None
 # -- run: a rollout -------------------------------------------------------------------------
 
 
-def _fleet_run(args: argparse.Namespace) -> int:
+def fleet_run(args: argparse.Namespace) -> int:
     from runbook_runner.fleet.rollout import batches, may_continue
     from runbook_runner.parameters import resolve_parameters
 

@@ -22,6 +22,7 @@ from runbook_runner import __version__, console, render
 from runbook_runner import journal as journal_module
 from runbook_runner import resume as resume_module
 from runbook_runner.catalog import Catalog, search_path
+from runbook_runner.connecting import started
 from runbook_runner.errors import (
     Interrupted,
     NeedsConfirmation,
@@ -49,99 +50,17 @@ def load_named(args: argparse.Namespace) -> Runbook:
     return load(catalog(args).find(args.runbook))
 
 
-def _import_transport() -> None:
-    """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
-    (with unittest.mock and asyncio: a tenth of the start-up); target.py loads it on demand."""
-    if "paramiko" in sys.modules or "invoke" in sys.modules:
-        return
-    sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
-    try:
-        import runbook_runner.transport  # noqa: F401
-    finally:
-        if sys.modules.get("invoke", 0) is None:
-            del sys.modules["invoke"]
-
-
-def _connect(args: argparse.Namespace, out: console.Output) -> SshTransport:
-    _import_transport()
-    from runbook_runner.transport import SshTransport, fingerprint, resolve_target
-
-    target = resolve_target(
-        args.host,
-        port=args.port,
-        user=args.user,
-        identity_files=args.identity,
-        known_hosts=Path(args.known_hosts) if args.known_hosts else None,
-        accept_new_host_key=args.accept_new_host_key,
-        connect_timeout=args.connect_timeout,
-        ssh_config=Path(args.ssh_config) if args.ssh_config else None,
-        ssh=getattr(args, "ssh_client", "auto"),
-    )
-
-    def recorded(host: str, key: Any) -> None:
-        out.line(
-            f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {target.known_hosts}"
-        )
-
-    def notice(text: str) -> None:
-        print(f"runbook: {text}", file=sys.stderr, flush=True)
-
-    return SshTransport(target, console.prompt_passphrase, recorded, notice).connect()
-
-
-class _Connecting:
-    """The SSH connection, opened in a thread while the runbook loads (the handshake waits on
-    the network and the host; loading waits on nothing). :meth:`result` hands it over, or
-    raises what connecting raised; :meth:`abandon` closes it when the run never starts."""
-
-    def __init__(self, args: argparse.Namespace, out: console.Output) -> None:
-        import threading
-
-        self._transport: SshTransport | None = None
-        self._error: BaseException | None = None
-        self._abandoned = False
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._connect, args=(args, out), daemon=True)
-        self._thread.start()
-
-    def _connect(self, args: argparse.Namespace, out: console.Output) -> None:
-        try:
-            transport = _connect(args, out)
-        except BaseException as error:  # handed to the main thread by result()
-            self._error = error
-            return
-        with self._lock:
-            if self._abandoned:
-                transport.close()
-            else:
-                self._transport = transport
-
-    def result(self) -> SshTransport:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._transport is not None
-        return self._transport
-
-    def abandon(self) -> None:
-        with self._lock:
-            self._abandoned = True
-            if self._transport is not None:
-                self._transport.close()
-                self._transport = None
-
-
 def _load_and_connect(
     args: argparse.Namespace, out: console.Output
 ) -> tuple[Runbook, dict[str, Any], SshTransport]:
     """Load the runbook and its parameters while the connection is being opened."""
-    connecting = _Connecting(args, out)
+    connecting = started(args)
     try:
         runbook, params = _load_with_params(args)
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
-    return runbook, params, connecting.result()
+    return runbook, params, connecting.result(out.line)
 
 
 def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
@@ -205,7 +124,7 @@ def _execute_run(
     from runbook_runner.runner import Runner
 
     out = console.Output(args.json)
-    connecting = _Connecting(args, out)
+    connecting = started(args)
     try:
         runbook, params = _load_with_params(args)
         if getattr(args, "resume", None) and (args.from_step or args.dry_run):
@@ -226,7 +145,7 @@ def _execute_run(
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
-    with connecting.result() as transport, _signals_raise_interrupted():
+    with connecting.result(out.line) as transport, _signals_raise_interrupted():
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")

@@ -155,3 +155,84 @@ def test_an_unreachable_host_with_a_good_runbook_is_exit_3(tmp_path, capsys):
     )
     assert code == 3
     assert "connection refused" in capsys.readouterr().err
+
+
+def test_parsing_a_command_line_imports_nothing_heavy():
+    """`runbook run` starts connecting right after parsing its command line; what loading
+    and running need is imported while the handshake waits on the host. So importing the
+    CLI and parsing must not pull in paramiko, the runbook model, YAML, regex or the
+    scenario matrix (each worth milliseconds before the first packet)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from runbook_runner.cli import build_parser\n"
+        "build_parser().parse_args(['run', 'x', '--host', 'h'])\n"
+        "heavy = ['paramiko', 'runbook_runner.runbook', 'yaml', 'regex', 'jsonschema',\n"
+        "         'runbook_runner.simhost.scenarios', 'runbook_runner.cli_host',\n"
+        "         'runbook_runner.cli_fleet', 'runbook_runner.render']\n"
+        "print(' '.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
+
+
+def test_the_scenario_names_are_still_in_the_help(capsys, monkeypatch):
+    """They are looked up only when help is printed."""
+    from runbook_runner.cli import main
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    monkeypatch.setenv("COLUMNS", "2000")  # no line wrapped inside a name
+    for command in ("drill", "test"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "{scenarios}" not in text
+        assert ", ".join(SCENARIOS) in text
+
+
+def test_connecting_gives_the_switch_interval_back(gpu_host):
+    """The GIL is handed over more often only while the handshake runs."""
+    import argparse
+    import sys
+
+    from runbook_runner.connecting import Connecting
+
+    before = sys.getswitchinterval()
+    args = argparse.Namespace(
+        host="127.0.0.1",
+        port=gpu_host.port,
+        user=gpu_host.user,
+        identity=[str(gpu_host.client_key)],
+        known_hosts=str(gpu_host.known_hosts),
+        accept_new_host_key=False,
+        connect_timeout=10.0,
+        ssh_config=None,
+    )
+    connecting = Connecting(args)
+    assert sys.getswitchinterval() < before
+    said: list[str] = []
+    with connecting.result(said.append) as transport:
+        assert sys.getswitchinterval() == before
+        assert transport.run("echo hi", timeout=10).stdout == "hi\n"
+    abandoned = Connecting(args)
+    abandoned.abandon()
+    assert sys.getswitchinterval() == before
+
+
+def test_jsonl_with_one_host_is_refused_before_any_connection(capsys, monkeypatch):
+    """A usage error never starts a login (which could ask for a passphrase)."""
+    from runbook_runner import connecting
+    from runbook_runner.cli import main
+
+    def no(*args, **kwargs):
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(connecting.Connecting, "__init__", no)
+    code = main(["run", str(REPO / "benchmarks" / "ten-steps.yaml"), "--host", "h", "--jsonl"])
+    assert code == 2
+    assert "--jsonl is for many hosts" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""Opening the SSH connection of `check` and `run` early, in a thread.
+
+The CLI starts it as soon as the command line is parsed, before it imports what loading
+and running a runbook need: the handshake and the host's own work after the login (about
+45 ms for sshd's session set-up) then overlap with that CPU work instead of following it.
+This module imports nothing heavy itself; paramiko is imported once, on the main thread,
+before the thread starts (two threads importing at once only share one GIL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runbook_runner.transport import SshTransport
+
+
+def import_transport() -> None:
+    """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
+    (with unittest.mock and asyncio: a tenth of the start-up); target.py loads it on demand."""
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
+    try:
+        import runbook_runner.transport  # noqa: F401
+    finally:
+        if sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
+def _prompt_passphrase(prompt: str) -> str | None:
+    from runbook_runner import console
+
+    return console.prompt_passphrase(prompt)
+
+
+def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTransport:
+    """Resolve ``--host`` and the SSH options as OpenSSH would, and log in."""
+    import_transport()
+    from runbook_runner.transport import SshTransport, fingerprint, resolve_target
+
+    target = resolve_target(
+        args.host,
+        port=args.port,
+        user=args.user,
+        identity_files=args.identity,
+        known_hosts=Path(args.known_hosts) if args.known_hosts else None,
+        accept_new_host_key=args.accept_new_host_key,
+        connect_timeout=args.connect_timeout,
+        ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+        ssh=getattr(args, "ssh_client", "auto"),
+    )
+
+    def recorded(host: str, key: Any) -> None:
+        say(
+            f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) "
+            f"in {target.known_hosts}"
+        )
+
+    def notice(text: str) -> None:
+        print(f"runbook: {text}", file=sys.stderr, flush=True)
+
+    return SshTransport(target, _prompt_passphrase, recorded, notice).connect()
+
+
+class Connecting:
+    """The SSH connection, opened in a thread. :meth:`result` hands it over (and prints
+    what connecting had to say, on the caller's thread), or raises what connecting raised;
+    :meth:`abandon` closes it when the run never starts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import_transport()  # on this thread, before the other one starts: see the module doc
+        # While this thread imports and loads, paramiko's threads need the GIL for every
+        # handshake message; by default they wait up to 5 ms for it each time.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, 0.0005))
+        self._transport: SshTransport | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+        self._said: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._connect, args=(args,), daemon=True)
+        self._thread.start()
+
+    def _connect(self, args: argparse.Namespace) -> None:
+        try:
+            transport = connect(args, self._said.append)
+        except BaseException as error:  # handed to the main thread by result()
+            self._error = error
+            return
+        with self._lock:
+            if self._abandoned:
+                transport.close()
+            else:
+                self._transport = transport
+
+    def result(self, say: Callable[[str], None]) -> SshTransport:
+        self._thread.join()
+        sys.setswitchinterval(self._switch_interval)
+        for line in self._said:
+            say(line)
+        self._said.clear()
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        return self._transport
+
+    def abandon(self) -> None:
+        sys.setswitchinterval(self._switch_interval)
+        with self._lock:
+            self._abandoned = True
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+
+def started(args: argparse.Namespace) -> Connecting:
+    """The connection the CLI started early for these arguments, or a new one."""
+    early = getattr(args, "connecting", None)
+    if isinstance(early, Connecting):
+        args.connecting = None  # handed over once
+        return early
+    return Connecting(args)
