@@ -167,6 +167,7 @@ def _execute_run(
             confirm=confirmer,
             clock=clock,
             sleep=sleep,
+            changed=resume[1].changed if resume is not None else None,
         )
         lock = None
         report: RunReport | None = None

@@ -26,6 +26,7 @@ class StepStarting:
     number: int
     total: int
     commands: tuple[str, ...]
+    acted: tuple[dict[str, Any], ...] = ()  # the fields of each item it is about to act on
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class Reconnecting:
     timeout_s: float
 
 
+SENT = frozenset({"ok", "failed", "timed_out", "unknown"})  # a command went out, or may have
+
+
 @dataclass(frozen=True)
 class StepRecord:
     id: str
@@ -79,6 +83,12 @@ class StepRecord:
     skipped_because_holds: bool = False  # skip_if held (not merely nothing to act on)
     wait: WaitEnd | None = None  # how the step's wait ended, if it waited
     targets: tuple[str, ...] = ()  # the observed items it acted on (PIDs, GPUs)
+    acted: tuple[dict[str, Any], ...] = ()  # their fields, for a later within: {changed_by}
+
+    @property
+    def sent(self) -> bool:
+        """Its commands reached the host, or may have."""
+        return self.status in SENT
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -93,6 +103,8 @@ class StepRecord:
             document["wait"] = self.wait.to_json()
         if self.targets:
             document["targets"] = list(self.targets)
+        if self.acted and self.sent:
+            document["acted"] = list(self.acted)
         return document
 
 

@@ -11,7 +11,7 @@ expression that cannot be evaluated, and ``every``/``none`` over an empty list
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,10 +194,22 @@ def _explain_comparison(
     return _Verdict(ok, found, expected, f"{subject}: {found}, expected {expected}")
 
 
+Changed = Mapping[str, Sequence[Mapping[str, Any]]]
+"""What a run's steps acted on so far: step id -> the fields of each item it sent a command
+for (the scope ``within: {changed_by: STEP}`` reads it)."""
+
+NOTHING_CHANGED: Changed = {}
+
+
 def evaluate_check(
-    check: Check, runbook: Runbook, state: State, params: Mapping[str, Any]
+    check: Check,
+    runbook: Runbook,
+    state: State,
+    params: Mapping[str, Any],
+    changed: Changed = NOTHING_CHANGED,
 ) -> CheckResult:
-    """Judge one check against observed state."""
+    """Judge one check against observed state (and, for a check scoped by ``changed_by``,
+    what this run changed)."""
     context = _Context(runbook, state, params)
     try:
         if check.over is not None:
@@ -207,9 +219,9 @@ def evaluate_check(
                     check, f"{check.over} is empty (no items is not evidence; 'empty: ok' if it is)"
                 )
             if check.within is not None:
-                items = _within(check, runbook, items, state, params)
+                items = _within(check.within, runbook, items, state, params, changed)
             if check.without is not None:
-                dropped = _within(check, runbook, items, state, params, check.without)
+                dropped = _within(check.without, runbook, items, state, params, changed)
                 items = tuple(item for item in items if item not in dropped)
             if check.every is not None:
                 return _every(check, runbook, items, state, params)
@@ -249,21 +261,30 @@ def _cannot_tell(check: Check, reason: str) -> CheckResult:
 
 
 def _within(
-    check: Check,
+    scope: Within,
     runbook: Runbook,
     items: tuple[Any, ...],
     state: State,
     params: Mapping[str, Any],
-    scope: Within | None = None,
+    changed: Changed,
 ) -> tuple[Any, ...]:
-    """The items whose ``match`` field equals that of an item failing the other check
-    (``check.within``, or the ``scope`` given: ``without`` drops these)."""
-    scope = scope or check.within
-    assert scope is not None
-    other = evaluate_check(runbook.checks[scope.failing], runbook, state, params)
+    """The items whose ``match`` field equals that of an item failing the scope's other
+    check, or of an item its step acted on in this run (``within`` keeps these, ``without``
+    drops them)."""
+    field = scope.match
+    if scope.changed_by is not None:
+        keys = {record.get(field) for record in changed.get(scope.changed_by, ())} - {None}
+        unnamed = [item.describe() for item in items if getattr(item, field) is None]
+        if keys and unnamed:
+            raise _Unavailable(
+                f"{', '.join(unnamed)}: no {field} reported, so whether step "
+                f"{scope.changed_by} changed it cannot be told"
+            )
+        return tuple(item for item in items if getattr(item, field) in keys)
+    assert scope.failing is not None
+    other = evaluate_check(runbook.checks[scope.failing], runbook, state, params, changed)
     if other.cannot_tell:
         raise _Unavailable(f"which items fail {other.name} cannot be told: {other.found}")
-    field = scope.match
     unmatched = [item.describe() for item in other.failing if getattr(item, field) is None]
     if unmatched:
         raise _Unavailable(
@@ -400,9 +421,13 @@ def evaluate_when(
 
 
 def evaluate_checks(
-    names: Iterable[str], runbook: Runbook, state: State, params: Mapping[str, Any]
+    names: Iterable[str],
+    runbook: Runbook,
+    state: State,
+    params: Mapping[str, Any],
+    changed: Changed = NOTHING_CHANGED,
 ) -> list[CheckResult]:
-    return [evaluate_check(runbook.checks[name], runbook, state, params) for name in names]
+    return [evaluate_check(runbook.checks[name], runbook, state, params, changed) for name in names]
 
 
 def all_ok(results: Iterable[CheckResult]) -> bool:

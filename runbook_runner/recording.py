@@ -25,6 +25,12 @@ class Recorder:
             text = text.replace(secret, "***")
         return text
 
+    def _redacted(self, items: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+        return [
+            {k: self.redact(v) if isinstance(v, str) else v for k, v in item.items()}
+            for item in items
+        ]
+
     def _tail(self, text: str) -> str:
         return self.redact(text[-TAIL_BYTES:])
 
@@ -46,6 +52,7 @@ class Recorder:
                 sync=event.step.destructive,
                 id=event.step.id,
                 commands=list(event.commands),
+                **({"items": self._redacted(event.acted)} if event.acted else {}),
             )
         elif isinstance(event, Waiting):
             self.journal.write(
@@ -72,11 +79,10 @@ class Recorder:
                     stdout_bytes=result.stdout_size,
                     stderr_bytes=result.stderr_size,
                 )
-            self.journal.write(
-                "step-end",
-                sync=event.step.destructive,
-                **{**event.record.to_json(), "message": self.redact(event.record.message)},
-            )
+            document = {**event.record.to_json(), "message": self.redact(event.record.message)}
+            if "acted" in document:
+                document["acted"] = self._redacted(event.record.acted)
+            self.journal.write("step-end", sync=event.step.destructive, **document)
 
     def confirmation(
         self,

@@ -156,7 +156,9 @@ def runbook_details(runbook: Runbook) -> str:
         else:
             rule = c.expect.source if c.expect else ""
         if c.within is not None:
-            rule += f" (only items matching a failing {c.within.failing} by {c.within.match})"
+            rule += f" (only {c.within.describe()})"
+        if c.without is not None:
+            rule += f" (less {c.without.describe()})"
         if c.over and c.empty_ok:
             rule += " (an empty list is ok)"
         out.append(f" {mark}{c.name}: {c.description}")

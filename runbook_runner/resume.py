@@ -17,7 +17,7 @@ The rule is "nothing done twice, nothing lost":
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
@@ -43,6 +43,9 @@ class ResumePlan:
     finished: tuple[str, ...]  # steps whose end is journalled, in runbook order
     in_flight: InFlight | None
     remaining: tuple[str, ...]  # steps still to do, the in-flight one first
+    # What the run's steps acted on so far (step id -> each item's fields), for the checks
+    # scoped 'within: {changed_by: STEP}': a resumed run puts back what the first part took out.
+    changed: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
     @property
     def first(self) -> str | None:
@@ -75,6 +78,7 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
     steps = {step.id: step for step in runbook.steps}
     ended: dict[str, str] = {}
     started_at: dict[str, int] = {}
+    changed: dict[str, tuple[Mapping[str, Any], ...]] = {}
     for index, event in enumerate(events):
         kind = event.get("event")
         if kind == "step-start":
@@ -83,6 +87,7 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
             step_id = str(event.get("id"))
             status = str(event.get("status"))
             ended[step_id] = status
+            changed[step_id] = changed.get(step_id, ()) + _items(event.get("acted"))
             step = steps.get(step_id)
             stops = status == "declined" or (
                 status in STOPPING and step is not None and step.on_failure == "stop"
@@ -106,9 +111,18 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
         # A destructive command is sent only after a confirmation is journalled; any other
         # command may have been sent as soon as its step started.
         in_flight = InFlight(step_id, confirmed or not step.destructive)
+        if in_flight.maybe_sent:  # what it was about to act on may have been changed
+            changed[step_id] = changed.get(step_id, ()) + _items(events[index].get("items"))
     finished = tuple(s.id for s in runbook.steps if s.id in ended)
     remaining = tuple(s.id for s in runbook.steps if s.id not in ended)
     if in_flight is not None and remaining and remaining[0] != in_flight.step:
         # Steps run in order: an in-flight step is the first one not ended.
         in_flight = None
-    return ResumePlan(run, finished, in_flight, remaining)
+    return ResumePlan(run, finished, in_flight, remaining, {k: v for k, v in changed.items() if v})
+
+
+def _items(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The items a journal line says a step acted on (nothing, for a line without them)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(item for item in value if isinstance(item, dict))

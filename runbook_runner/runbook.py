@@ -115,10 +115,22 @@ class Check:
 
 @dataclass(frozen=True)
 class Within:
-    """Scope a check to the items whose ``match`` field equals that of an item failing ``failing``."""
+    """Scope a check to the items whose ``match`` field equals that of an item failing the
+    check ``failing``, or (``changed_by``) of an item the step ``changed_by`` sent a command
+    for earlier in this run: what a restoring step may put back is what the run took out."""
 
-    failing: str
+    failing: str | None
     match: str
+    changed_by: str | None = None
+
+    def describe(self) -> str:
+        if self.changed_by is not None:
+            return f"items step {self.changed_by} acted on in this run, by {self.match}"
+        return f"items matching a failing {self.failing} by {self.match}"
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> Within:
+        return cls(spec.get("failing"), spec["match"], spec.get("changed_by"))
 
 
 Seconds = float | Expression  # a number, or an expression over parameters
@@ -193,7 +205,7 @@ class Runbook:
             if name not in checks:
                 checks.append(name)
                 for scope in (self.checks[name].within, self.checks[name].without):
-                    if scope is not None:
+                    if scope is not None and scope.failing is not None:
                         queue.append(scope.failing)
         pending = [n for check in checks for n in sorted(self.checks[check].names())]
         while pending:
@@ -339,12 +351,8 @@ def _build(data: dict[str, Any]) -> Runbook:
             hint=" ".join(spec.get("hint", "").split()),
             explain=Interpolated.parse(spec["explain"]) if "explain" in spec else None,
             empty_ok=spec.get("empty") == "ok",
-            within=Within(spec["within"]["failing"], spec["within"]["match"])
-            if "within" in spec
-            else None,
-            without=Within(spec["without"]["failing"], spec["without"]["match"])
-            if "without" in spec
-            else None,
+            within=Within.parse(spec["within"]) if "within" in spec else None,
+            without=Within.parse(spec["without"]) if "without" in spec else None,
         )
         for name, spec in data["checks"].items()
     }

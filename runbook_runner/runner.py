@@ -8,6 +8,7 @@ goes to the ``on_event`` callback (the CLI, the journal) as it happens.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -82,6 +83,7 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], float] = time.time,
+        changed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.runbook = runbook
         self.params = dict(params)
@@ -92,6 +94,10 @@ class Runner:
         self.sleep = sleep
         self.wall_clock = wall_clock
         self._last_state: dict[str, Any] = {}
+        # What this run's steps acted on (a resumed run starts from its journal's record).
+        self.changed: dict[str, list[Mapping[str, Any]]] = {
+            step: list(items) for step, items in (changed or {}).items()
+        }
 
     # -- observing and checking -----------------------------------------------------------
 
@@ -200,11 +206,11 @@ class Runner:
 
     def check(self, check_names: Sequence[str]) -> tuple[dict[str, Any], list[CheckResult]]:
         state = self.observe(self.observations_for(check_names))
-        return state, evaluate_checks(check_names, self.runbook, state, self.params)
+        return state, evaluate_checks(check_names, self.runbook, state, self.params, self.changed)
 
     def check_goal(self, label: str) -> Observed:
         state = self.observe()
-        results = evaluate_checks(self.runbook.goal, self.runbook, state, self.params)
+        results = evaluate_checks(self.runbook.goal, self.runbook, state, self.params, self.changed)
         observed = Observed(label, state, tuple(results))
         self.on_event(observed)
         return observed
@@ -305,7 +311,11 @@ class Runner:
             return (self.render(step.run, None, masked=True),)
         state = self.observe(self.observations_for([step.for_each_failing]))
         verdict = evaluate_check(
-            self.runbook.checks[step.for_each_failing], self.runbook, state, self.params
+            self.runbook.checks[step.for_each_failing],
+            self.runbook,
+            state,
+            self.params,
+            self.changed,
         )
         return tuple(self.render(step.run, item, masked=True) for item in verdict.failing)
 
@@ -314,8 +324,15 @@ class Runner:
     ) -> StepRecord:
         started, t0 = self.wall_clock(), self.clock()
 
+        acted: tuple[dict[str, Any], ...] = ()
+
         def record(status: str, message: str = "", **extra: Any) -> StepRecord:
-            return StepRecord(step.id, status, started, self.clock() - t0, message=message, **extra)
+            done = StepRecord(
+                step.id, status, started, self.clock() - t0, message=message, acted=acted, **extra
+            )
+            if done.sent and acted:
+                self.changed.setdefault(step.id, []).extend(acted)
+            return done
 
         trigger = self.trigger(step)
         if isinstance(trigger, StepRecord):
@@ -337,7 +354,8 @@ class Runner:
             else {}
         )
         sent, commands = tuple(pairs), tuple(pairs.values())
-        self.on_event(StepStarting(step, number, total, commands))
+        acted = tuple(_fields(item) for item in items if item is not None)
+        self.on_event(StepStarting(step, number, total, commands, acted))
         if dry_run:
             return record("planned", "dry run: not executed", commands=commands, targets=targets)
         if step.destructive and commands and not confirmed:
@@ -438,7 +456,7 @@ class Runner:
         if step.for_each_failing:
             state = self.observe(self.observations_for([step.for_each_failing]))
             check = self.runbook.checks[step.for_each_failing]
-            verdict_of = evaluate_check(check, self.runbook, state, self.params)
+            verdict_of = evaluate_check(check, self.runbook, state, self.params, self.changed)
             if verdict_of.cannot_tell:
                 return blocked([verdict_of])
             if verdict_of.ok:
@@ -625,6 +643,17 @@ def _target(item: Any) -> str:
     text = str(target()) if callable(target) else str(item.describe())
     # Host text is data: no control character of it reaches the operator's terminal.
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def _fields(item: Any) -> dict[str, Any]:
+    """An item's plain fields (what a journal line can hold and a resume can match on)."""
+    if not dataclasses.is_dataclass(item):
+        return {}
+    return {
+        field.name: value
+        for field in dataclasses.fields(item)
+        if isinstance(value := getattr(item, field.name), str | int | float | bool)
+    }
 
 
 def _describe(item: Any) -> str:

@@ -244,8 +244,54 @@ class _Semantics:
             self.error((*path, "empty"), "'empty' goes with 'every' or 'none'")
         for key in ("within", "without"):
             within = spec.get(key)
-            if isinstance(within, dict) and isinstance(within.get("failing"), str):
+            if not isinstance(within, dict):
+                continue
+            given = [k for k in ("failing", "changed_by") if k in within]
+            if len(given) != 1:
+                self.error(
+                    (*path, key),
+                    f"'{key}' takes 'failing' (a check) or 'changed_by' (a step), "
+                    + ("not both" if given else "and 'match'"),
+                )
+            elif isinstance(within.get("failing"), str):
                 self.within((*path, key), name, within, item_type)
+            elif isinstance(within.get("changed_by"), str):
+                self.changed_by((*path, key), within, item_type)
+
+    def changed_by(self, path: Path, within: dict[str, Any], item_type: type | None) -> None:
+        """``within: {changed_by: STEP, match: FIELD}``: STEP acts on items (it has
+        ``for_each_failing``), and FIELD is a field of its items and of this check's."""
+        step_name = within["changed_by"]
+        steps = [s for s in self.data.get("steps") or [] if isinstance(s, dict)]
+        step = next((s for s in steps if s.get("id") == step_name), None)
+        if step is None:
+            known = [str(s.get("id")) for s in steps if isinstance(s.get("id"), str)]
+            self.error(
+                (*path, "changed_by"), f"unknown step {step_name!r}{_suggest(step_name, known)}"
+            )
+            return
+        acted_on = self.checks.get(str(step.get("for_each_failing")))
+        over = acted_on.get("every", acted_on.get("none")) if isinstance(acted_on, dict) else None
+        if not isinstance(over, str) or over not in self.observations:
+            self.error(
+                (*path, "changed_by"),
+                f"step {step_name!r} acts on no items: it needs 'for_each_failing' over a list",
+            )
+            return
+        if item_type is None:
+            self.error(path, "'within' goes with 'every' or 'none'")
+            return
+        self._shared_field(path, within.get("match"), item_type, over)
+
+    def _shared_field(self, path: Path, match: Any, item_type: type, over: str) -> None:
+        other_type = PARSERS[self.observations[over]["parser"]].record_type
+        shared = sorted(set(field_names(item_type)) & set(field_names(other_type)))
+        if isinstance(match, str) and match not in shared:
+            self.error(
+                (*path, "match"),
+                f"{match!r} is not a field of both {item_type.__name__} and "
+                f"{other_type.__name__}{_suggest(match, shared)}",
+            )
 
     def within(self, path: Path, name: str, within: dict[str, Any], item_type: type | None) -> None:
         other_name = within["failing"]
@@ -266,15 +312,7 @@ class _Semantics:
         if item_type is None:
             self.error(path, "'within' goes with 'every' or 'none'")
             return
-        other_type = PARSERS[self.observations[over]["parser"]].record_type
-        match = within.get("match")
-        shared = sorted(set(field_names(item_type)) & set(field_names(other_type)))
-        if isinstance(match, str) and match not in shared:
-            self.error(
-                (*path, "match"),
-                f"{match!r} is not a field of both {item_type.__name__} and "
-                f"{other_type.__name__}{_suggest(match, shared)}",
-            )
+        self._shared_field(path, within.get("match"), item_type, over)
 
     def _scopes_reach(self, start: str, target: str) -> bool:
         """Does ``start`` (through its within/without) depend on ``target``?"""

@@ -291,3 +291,95 @@ goal: [a]
 """
     with pytest.raises(RunbookInvalid, match="a cycle"):
         loads(text, "t.yaml")
+
+
+# -- within: {changed_by: STEP}: put back only what this run took out ---------------------------
+
+RESTORING = b"""name: t
+title: t
+summary: s
+observations:
+  gpus: {command: nvidia-smi -q, parser: gpus-detail}
+checks:
+  busy: {description: d, none: gpus, where: memory_used_mib > 1024}
+  in-persistence:
+    description: d
+    none: gpus
+    where: persistence_mode == 'Disabled'
+    within: {changed_by: persistence-off, match: index}
+goal: [busy]
+steps:
+  - id: persistence-off
+    title: t
+    for_each_failing: busy
+    run: nvidia-smi -i {{ item.index }} -pm 0
+    destructive: true
+    affects: gpu
+    fixes: [busy]
+  - id: restore
+    title: t
+    for_each_failing: in-persistence
+    run: nvidia-smi -i {{ item.index }} -pm 1
+    destructive: true
+    affects: gpu
+    fixes: [in-persistence]
+"""
+
+
+def test_changed_by_keeps_only_the_items_that_step_acted_on_in_this_run():
+    runbook = loads(RESTORING, "t.yaml")
+    gpus = (
+        Gpu(index=2, minor_number=2, memory_used_mib=3, persistence_mode="Disabled"),
+        Gpu(index=5, minor_number=5, memory_used_mib=3, persistence_mode="Disabled"),
+    )
+    check_ = runbook.checks["in-persistence"]
+    # Nothing acted on yet (a `runbook check`, or before the step): nothing to put back.
+    assert evaluate_check(check_, runbook, {"gpus": gpus}, {}).ok
+    # persistence-off took GPU 2 out; GPU 5 was out before the run, by its owner's choice.
+    changed = {"persistence-off": [{"index": 2, "name": "H100"}]}
+    result = evaluate_check(check_, runbook, {"gpus": gpus}, {}, changed)
+    assert [g.index for g in result.failing] == [2]
+
+
+def test_changed_by_cannot_tell_an_item_that_reports_no_match_field():
+    runbook = loads(RESTORING, "t.yaml")
+    gpus = (Gpu(index=None, minor_number=2, memory_used_mib=3, persistence_mode="Disabled"),)
+    changed = {"persistence-off": [{"index": 2}]}
+    result = evaluate_check(runbook.checks["in-persistence"], runbook, {"gpus": gpus}, {}, changed)
+    assert result.status == "cannot-tell"
+    assert "whether step persistence-off changed it cannot be told" in result.message
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ("{changed_by: persistance-off, match: index}", "unknown step 'persistance-off'; did you"),
+        ("{changed_by: restore, match: index}", None),
+        ("{changed_by: persistence-off, match: pid}", "'pid' is not a field of both"),
+        (
+            "{changed_by: persistence-off, failing: busy, match: index}",
+            "takes 'failing' (a check) or 'changed_by' (a step), not both",
+        ),
+        ("{match: index}", "takes 'failing' (a check) or 'changed_by' (a step), and 'match'"),
+    ],
+)
+def test_changed_by_is_checked_at_load_time(scope, message):
+    text = RESTORING.replace(b"{changed_by: persistence-off, match: index}", scope.encode())
+    if message is None:
+        loads(text, "t.yaml")
+        return
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(text, "t.yaml")
+    assert any(message in line for line in raised.value.lines), raised.value.lines
+    assert all(line.startswith("t.yaml:") for line in raised.value.lines)
+
+
+def test_changed_by_a_step_that_acts_on_no_items_is_refused():
+    text = RESTORING.replace(
+        b"  - id: persistence-off\n    title: t\n    for_each_failing: busy\n"
+        b"    run: nvidia-smi -i {{ item.index }} -pm 0\n",
+        b"  - id: persistence-off\n    title: t\n    run: nvidia-smi -pm 0\n",
+    )
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(text, "t.yaml")
+    assert any("acts on no items" in line for line in raised.value.lines), raised.value.lines

@@ -264,3 +264,24 @@ def test_a_dry_run_is_not_resumed_and_resume_takes_no_dry_run_or_from(tmp_path, 
         code = main(["run", str(runbook), "--host", "192.0.2.1", "--resume", "R1", *extra])
         assert code == ExitCode.BAD_INPUT
         assert "cannot be combined" in capsys.readouterr()[1]
+
+
+def test_the_plan_remembers_what_the_first_part_of_the_run_acted_on(tmp_path):
+    """A resumed run puts back only what its first part took out: the items of each step
+    that ended having sent its commands, and of an in-flight one that may have."""
+    gpu2, gpu5 = {"index": 2}, {"index": 5}
+    plan = plan_of(
+        tmp_path,
+        {"event": "step-start", "id": "mark", "items": [gpu2]},
+        {"event": "step-end", "id": "mark", "status": "ok", "acted": [gpu2]},
+        {"event": "step-start", "id": "middle", "items": [gpu5]},
+    )
+    assert plan.changed == {"mark": (gpu2,), "middle": (gpu5,)}  # middle: in flight, maybe sent
+    declined = plan_of(
+        tmp_path,
+        {"event": "step-start", "id": "mark", "items": [gpu2]},
+        {"event": "step-end", "id": "mark", "status": "skipped"},
+    )
+    assert declined.changed == {}
+    unconfirmed = plan_of(tmp_path, {"event": "step-start", "id": "mark", "items": [gpu2]})
+    assert unconfirmed.changed == {}  # destructive, never confirmed: never sent

@@ -162,6 +162,7 @@ def persistence_blocks_reset() -> SimHost:
     host.services.append(SimService("dcgm-exporter"))
     host.gpu(2).orphaned_mib = 96_402
     host.gpu(2).persistence_blocks_reset = True
+    host.gpu(5).persistence = False  # its owner's choice, before the incident: not ours to undo
     return host
 
 
@@ -178,6 +179,9 @@ def supervisor_restarts_server() -> SimHost:
     ]
     unit = SimService("sglang", holds_gpus=False, restart="always", runs=spec)
     host.services.append(unit)
+    # A second server unit, stopped and disabled on purpose before the incident: it matches
+    # the pattern, but this run did not stop it, so it does not start it either.
+    host.services.append(SimService("sglang-canary", active=False, enabled=False, holds_gpus=False))
     host.now = START
     host.start_service(unit, loading=False)
     host.actions.clear()
@@ -357,7 +361,8 @@ MATRIX: tuple[Scenario, ...] = (
         "the reset of GPU 2 is refused while it is in persistence mode: take only that GPU "
         "out of persistence, reset it, put it back",
         persistence_blocks_reset,
-        wrong="orphaned memory on GPU 2; nvidia-persistenced keeps GPU 2 open, so its reset is refused",
+        wrong="orphaned memory on GPU 2; nvidia-persistenced keeps GPU 2 open, so its reset is "
+        "refused (GPU 5 is out of persistence mode on purpose, and stays so)",
         expert="nvidia-smi -i 2 -pm 0 (the daemon honours it), reset GPU 2, nvidia-smi -i 2 -pm 1; "
         "stop the daemon only if that fails",
         actions=("reset GPU 2", "persistence off GPU 2", "persistence on GPU 2"),
@@ -370,7 +375,8 @@ MATRIX: tuple[Scenario, ...] = (
         "a systemd unit with Restart=always brings the server back mid-recovery: stop the unit "
         "first, recover, start it again",
         supervisor_restarts_server,
-        wrong="the server runs under sglang.service (Restart=always) and holds every GPU",
+        wrong="the server runs under sglang.service (Restart=always) and holds every GPU; "
+        "sglang-canary.service was stopped on purpose before, and stays so",
         expert="systemctl stop sglang, wait for the GPUs to be released, systemctl start sglang",
         actions=("stop sglang", "start sglang"),
         ideal_s=25,
