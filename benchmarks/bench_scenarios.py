@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runbook_runner.drill import TOLERANCE  # noqa: E402
+from runbook_runner.simhost.drill import TOLERANCE  # noqa: E402
 from runbook_runner.simhost.scenarios import MATRIX, Scenario  # noqa: E402
 
 

@@ -5,7 +5,7 @@
   exist, and a runbook that no page links to are each reported; ``mkdocs build --strict``
   fails on them.
 - Figures come from ``docs/data/*.yaml``: ``{{ fig.NAME }}`` and ``{{ calc.NAME }}`` are
-  filled in (runbook_runner/figures.py), a name that is not there fails the build, and a
+  filled in (runbook_runner/kb/figures.py), a name that is not there fails the build, and a
   page ``figures.md`` lists every figure with its source and arithmetic.
 - A postmortem's front matter (date, authors, status, severity, ...) is shown as a table
   under its title.
@@ -22,8 +22,8 @@ import yaml
 from mkdocs.plugins import get_plugin_logger
 from mkdocs.structure.files import File, Files
 
-from runbook_runner import figures as figures_module
-from runbook_runner.docs_page import render_page
+from runbook_runner.kb import figures as figures_module
+from runbook_runner.kb.docs_page import render_page
 from runbook_runner.runbook import Runbook, RunbookInvalid, load
 
 log = get_plugin_logger("runbooks")

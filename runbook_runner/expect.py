@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner import expr
+from runbook_runner.format import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable, field_label, field_names, has_field
 from runbook_runner.runbook import Check, Expression, Runbook, Within

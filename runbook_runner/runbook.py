@@ -16,12 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runbook_runner import expr, schema, yamlsource
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.format import expr, schema, yamlsource
+from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
+from runbook_runner.format.template import Interpolated, Template
+from runbook_runner.format.yamlsource import Problem
 from runbook_runner.observe import PARSERS
-from runbook_runner.semantics import blast_radius_warnings, check_meaning
-from runbook_runner.template import Interpolated, Template
-from runbook_runner.yamlsource import Problem
 
 
 class RunbookInvalid(RunbookRunnerError):

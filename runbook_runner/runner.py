@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runbook_runner import expr
-from runbook_runner.batch import BatchCommand
 from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
 from runbook_runner.events import (
     Answer,
@@ -37,11 +35,13 @@ from runbook_runner.expect import (
     evaluate_when,
     outcome,
 )
+from runbook_runner.format import expr
+from runbook_runner.format.template import Template
+from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
-from runbook_runner.resume import ResumePlan
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
-from runbook_runner.template import Template
+from runbook_runner.ssh.batch import BatchCommand
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
     from runbook_runner.transport import CommandResult

@@ -4,7 +4,7 @@ Whatever a host prints (command output, error text, GPU and process names) may h
 escape sequences that set a window title, write the clipboard (OSC 52), clear the
 screen, or a ``\\r`` that overwrites a line. :func:`visible` shows each control
 character as an escape (``\\x1b``, ``\\r``) instead; every path that puts text on the
-terminal goes through it (console.py's ``Output``, cli.py's errors). :func:`markdown_cell`
+terminal goes through it (cli/console.py's ``Output``, cli/__init__.py's errors). :func:`markdown_cell`
 does the same for a cell of a Markdown table, and escapes what Markdown or HTML would
 read as markup.
 """

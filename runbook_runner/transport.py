@@ -16,21 +16,21 @@ from dataclasses import dataclass
 
 import paramiko
 
-from runbook_runner import batch
-from runbook_runner.batch import BatchCommand
 from runbook_runner.errors import (
     ConnectionLost,
     Interrupted,
     TransportError,
 )
-from runbook_runner.hostkeys import (
+from runbook_runner.format.template import quote
+from runbook_runner.ssh import batch
+from runbook_runner.ssh.batch import BatchCommand
+from runbook_runner.ssh.hostkeys import (
     fingerprint,
     host_key_changed,
     record_host_key,
     unknown_host_key,
 )
-from runbook_runner.target import SshTarget, resolve_target
-from runbook_runner.template import quote
+from runbook_runner.ssh.target import SshTarget, resolve_target
 
 __all__ = [
     "BatchCommand",
@@ -137,7 +137,7 @@ class SshTransport:
     # -- connecting ------------------------------------------------------------
 
     def connect(self) -> SshTransport:
-        from runbook_runner.sshconnect import Hooks, connect_route
+        from runbook_runner.ssh.connect import Hooks, connect_route
 
         hooks = Hooks(self.passphrase_prompt, self.on_host_key_recorded, self._notice_once)
         try:

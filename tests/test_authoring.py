@@ -16,12 +16,12 @@ import pytest
 
 from conftest import REPO
 from runbook_runner.cli import build_parser, main
-from runbook_runner.docs_page import render_page
-from runbook_runner.drill import changes as drill_changes
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.kb.docs_page import render_page
 from runbook_runner.observe import PARSERS
 from runbook_runner.runbook import RunbookInvalid, load
 from runbook_runner.simhost.commands import Env
+from runbook_runner.simhost.drill import changes as drill_changes
 from runbook_runner.simhost.shell import Shell
 from runbook_runner.simhost.simulated import SimClock, SimProcesses
 from runbook_runner.simhost.statefile import StateFileError, host_from_state

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from runbook_runner import batch
-from runbook_runner.batch import BatchCommand
 from runbook_runner.runbook import load
 from runbook_runner.runner import OBSERVE_IN_C_LOCALE, Runner
+from runbook_runner.ssh import batch
+from runbook_runner.ssh.batch import BatchCommand
 
 REPO = Path(__file__).resolve().parent.parent
 COMPARED = ("command", "exit_status", "stdout", "stderr", "timed_out", "stdout_size", "stderr_size")

@@ -14,9 +14,9 @@ import tomllib
 import yaml
 
 from conftest import REPO
-from runbook_runner import expr, yamlsource
 from runbook_runner.cli import main
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.format import expr, yamlsource
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_pyyaml_floor_is_a_version_without_the_merge_bomb():
 
 
 def test_a_parameter_pattern_that_backtracks_is_refused_not_run_for_minutes():
-    from runbook_runner.semantics import value_problem
+    from runbook_runner.format.semantics import value_problem
 
     problem = value_problem({"type": "string", "pattern": "(a|aa)+"}, "a" * 40 + "b")
     assert problem is not None

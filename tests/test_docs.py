@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from runbook_runner.docs_page import render_page
+from runbook_runner.kb.docs_page import render_page
 from runbook_runner.runbook import load
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -153,7 +153,7 @@ def prose(markdown: str) -> str:
 def incident_figures():
     import yaml
 
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     return figures.load(
         yaml.safe_load((REPO / "docs" / "data" / "sglang-hicache-oom.yaml").read_text())
@@ -162,7 +162,7 @@ def incident_figures():
 
 @pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: str(p.relative_to(REPO / "docs")))
 def test_pages_state_figures_only_through_the_data(page):
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     typed = [written for _, _, written in figures.stated(prose(page.read_text()))]
     assert typed == [], f"type these as {{{{ fig.NAME }}}} from docs/data/: {typed}"
@@ -170,7 +170,7 @@ def test_pages_state_figures_only_through_the_data(page):
 
 @pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: str(p.relative_to(REPO / "docs")))
 def test_every_figure_a_page_shows_is_in_the_data(page):
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     known = incident_figures()
     expanded, missing = figures.expand(page.read_text(), known)
@@ -184,7 +184,7 @@ def test_every_figure_a_page_shows_is_in_the_data(page):
 
 
 def test_a_figure_typed_into_a_page_is_caught():
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     text = prose("The host had 449 GB of RAM; `free -g` printed `449`.\n```\n0, 96413 MiB\n```\n")
     assert [w for _, _, w in figures.stated(text)] == ["449 GB"]
@@ -195,7 +195,7 @@ def test_a_figure_typed_into_a_page_is_caught():
 
 
 def test_derived_figures_show_their_arithmetic():
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     known = incident_figures()
     assert figures.arithmetic(known["hicache_requested_total"], known) == (
@@ -210,7 +210,7 @@ def test_derived_figures_show_their_arithmetic():
 
 
 def test_a_figure_file_without_sources_or_with_unknown_names_is_refused():
-    from runbook_runner import figures
+    from runbook_runner.kb import figures
 
     with pytest.raises(figures.FigureError, match="needs a source"):
         figures.load({"figures": {"x": {"value": 1, "unit": "GB", "status": "observed"}}})

@@ -6,9 +6,9 @@ import pytest
 
 from conftest import REPO
 from runbook_runner.expect import evaluate_check, evaluate_checks, format_number
+from runbook_runner.format.parameters import resolve_parameters
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Gpu, GpuProcess, HostProcess, Memory, Unavailable
-from runbook_runner.parameters import resolve_parameters
 from runbook_runner.runbook import load
 
 HEALTH = load(REPO / "runbooks" / "gpu-node-health.yaml")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runbook_runner import expr
+from runbook_runner.format import expr
 
 VALUES = {
     "tp_size": 8,

@@ -439,7 +439,7 @@ def test_groups_from_clustershells_configuration_without_an_inventory(fleet, fil
 
 
 def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, files, capsys):
-    from runbook_runner.hostlock import LOCK_NAME
+    from runbook_runner.ssh.hostlock import LOCK_NAME
 
     for host in fleet:
         orphan(host)

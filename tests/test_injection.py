@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from runbook_runner.format.template import Template, quote, shell_problems
 from runbook_runner.observe import PARSERS
-from runbook_runner.template import Template, quote, shell_problems
 
 # (template, what printf prints around the value)
 ALLOWED_SHAPES = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runbook_runner import journal as journal_module
 from runbook_runner.events import StepDone, StepRecord, StepStarting
-from runbook_runner.recording import Recorder
+from runbook_runner.journal.recording import Recorder
 from runbook_runner.runbook import load
 
 REPO = Path(__file__).resolve().parent.parent

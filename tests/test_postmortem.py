@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from runbook_runner.postmortem import add_to_nav, code, draft, targets, text
+from runbook_runner.kb.postmortem import add_to_nav, code, draft, targets, text
 
 HOSTILE = "<script>alert(1)</script> | `rm -rf /` {{ fig.gpu0_held }} [x](javascript:1) *[TP]: y"
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runbook_runner import resume
 from runbook_runner.cli import main
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.journal import KILL_AFTER_ENV, read
+from runbook_runner.journal import KILL_AFTER_ENV, read, resume
 from runbook_runner.runbook import load
 
 

@@ -11,10 +11,10 @@ import pytest
 from sshd import wait_for
 
 from conftest import REPO, TESTS
-from runbook_runner import knownhosts
 from runbook_runner.cli import main
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.simhost.model import GIB, eight_gpu_server
+from runbook_runner.ssh import knownhosts
 
 pytestmark = pytest.mark.ssh
 MINI = str(TESTS / "runbooks" / "mini-recovery.yaml")

@@ -9,8 +9,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import REPO, TESTS
-from runbook_runner import schema
-from runbook_runner.parameters import ParameterError, resolve_parameters
+from runbook_runner.format import schema
+from runbook_runner.format.parameters import ParameterError, resolve_parameters
 from runbook_runner.runbook import RunbookInvalid, load, loads
 
 BROKEN = sorted((TESTS / "broken-runbooks").glob("*.yaml"))

@@ -195,7 +195,7 @@ def test_preflight_ratio_path_without_the_weights_cannot_tell(gpu_host, capsys):
 
 
 def test_preflight_reads_the_running_servers_command_line(capsys):
-    from runbook_runner import drill as drills
+    from runbook_runner.simhost import drill as drills
 
     drill = drills.start("wedged-server")  # runs --tp-size 8 --hicache-size 300
     try:

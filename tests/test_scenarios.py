@@ -13,9 +13,9 @@ import pytest
 
 from conftest import REPO
 from runbook_runner.cli import main
-from runbook_runner.drill import TOLERANCE, judge, pick
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.journal import read, summary
+from runbook_runner.simhost.drill import TOLERANCE, judge, pick
 from runbook_runner.simhost.scenarios import MATRIX, SCENARIOS
 
 
@@ -142,7 +142,7 @@ def test_a_drill_is_marked_in_the_journal_with_simulated_time(capsys, run_journa
 
 
 def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatch):
-    monkeypatch.setattr("runbook_runner.drill.random.choice", lambda names: "leaked-shm")
+    monkeypatch.setattr("runbook_runner.simhost.drill.random.choice", lambda names: "leaked-shm")
     code = main(["drill", "gpu-oom-recovery", "--scenario", "random", "--yes"])
     out = capsys.readouterr().out
     assert code == ExitCode.OK

@@ -21,7 +21,7 @@ import pytest
 from sshd import keygen, start_test_host
 
 from runbook_runner.errors import SshSetupError, TransportError
-from runbook_runner.sshconfig import SshTarget, parse_ssh_g, resolve_target
+from runbook_runner.ssh.config import SshTarget, parse_ssh_g, resolve_target
 from runbook_runner.transport import SshTransport
 
 pytestmark = [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sshd import wait_for
 
-from runbook_runner.sshconfig import resolve_target
+from runbook_runner.ssh.config import resolve_target
 from runbook_runner.transport import SshTransport
 
 pytestmark = pytest.mark.ssh

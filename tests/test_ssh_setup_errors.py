@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from sshd import keygen
 
 from conftest import TESTS
-from runbook_runner import knownhosts
 from runbook_runner.cli import main
 from runbook_runner.errors import SshSetupError, UnknownHostKey
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.sshconfig import build_target, parse_ssh_g, resolve_target
+from runbook_runner.ssh import knownhosts
+from runbook_runner.ssh.config import build_target, parse_ssh_g, resolve_target
 from runbook_runner.transport import SshTransport
 
 MINI = str(TESTS / "runbooks" / "mini-recovery.yaml")

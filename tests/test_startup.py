@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runbook_runner import yamlsource
+from runbook_runner.format import yamlsource
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted(
@@ -56,7 +56,8 @@ def test_a_clean_document_goes_through_libyaml():
 
 
 def test_a_runbook_passes_the_schema_once_then_its_digest_is_remembered(tmp_path, monkeypatch):
-    from runbook_runner import runbook, schema
+    from runbook_runner import runbook
+    from runbook_runner.format import schema
 
     text = (REPO / "benchmarks" / "ten-steps.yaml").read_bytes()
     calls = []
@@ -170,8 +171,8 @@ def test_parsing_a_command_line_imports_nothing_heavy():
         "from runbook_runner.cli import build_parser\n"
         "build_parser().parse_args(['run', 'x', '--host', 'h'])\n"
         "heavy = ['paramiko', 'runbook_runner.runbook', 'yaml', 'regex', 'jsonschema',\n"
-        "         'runbook_runner.simhost.scenarios', 'runbook_runner.cli_host',\n"
-        "         'runbook_runner.cli_fleet', 'runbook_runner.render']\n"
+        "         'runbook_runner.simhost.scenarios', 'runbook_runner.cli.host',\n"
+        "         'runbook_runner.cli.fleet', 'runbook_runner.cli.render']\n"
         "print(' '.join(m for m in heavy if m in sys.modules))\n"
     )
     done = subprocess.run(
@@ -179,6 +180,27 @@ def test_parsing_a_command_line_imports_nothing_heavy():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+def test_a_runbook_without_patterns_loads_without_the_regex_module():
+    """``regex`` (for matches() with a timeout) loads when a pattern is first used."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from runbook_runner.runbook import load\n"
+        "from pathlib import Path\n"
+        "load(Path('benchmarks/ten-steps.yaml'))\n"
+        "print('regex' in sys.modules)\n"
+        "from runbook_runner.format.expr import search\n"
+        "print(search('^a+$', 'aaa'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_the_scenario_names_are_still_in_the_help(capsys, monkeypatch):
@@ -200,7 +222,7 @@ def test_connecting_gives_the_switch_interval_back(gpu_host):
     import argparse
     import sys
 
-    from runbook_runner.connecting import Connecting
+    from runbook_runner.cli.connecting import Connecting
 
     before = sys.getswitchinterval()
     args = argparse.Namespace(
@@ -226,8 +248,7 @@ def test_connecting_gives_the_switch_interval_back(gpu_host):
 
 def test_jsonl_with_one_host_is_refused_before_any_connection(capsys, monkeypatch):
     """A usage error never starts a login (which could ask for a passphrase)."""
-    from runbook_runner import connecting
-    from runbook_runner.cli import main
+    from runbook_runner.cli import connecting, main
 
     def no(*args, **kwargs):
         raise AssertionError("connected")

@@ -1,4 +1,7 @@
-"""The ``runbook`` command: the only module that prints, prompts, or picks an exit code."""
+"""The ``runbook`` command: its parser, dispatch and exit codes.
+
+The cli package is the only code that prints, prompts, or picks an exit code.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from runbook_runner.exitcodes import ExitCode
 from runbook_runner.safetext import visible
 
 # Only what parsing the command line needs is imported here: a command imports the rest
-# when it runs (`run` and `check` start connecting to the host first: see connecting.py).
+# when it runs (`run` and `check` start connecting to the host first: see cli/connecting.py).
 
 
 EPILOG = f"""\
@@ -47,7 +50,8 @@ def _err(message: str) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from runbook_runner import cli_host, render
+    from runbook_runner.cli import host as cli_host
+    from runbook_runner.cli import render
     from runbook_runner.runbook import RunbookInvalid, load
 
     runbooks, broken = [], []
@@ -74,14 +78,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if not args.runbook:
         raise UsageError("show needs a runbook NAME (or --parsers)", "runbook show")
-    from runbook_runner import cli_host, render
+    from runbook_runner.cli import host as cli_host
+    from runbook_runner.cli import render
 
     print(render.runbook_details(cli_host.load_named(args)))
     return ExitCode.OK
 
 
 def _validation_targets(args: argparse.Namespace) -> list[Path]:
-    from runbook_runner import cli_host
+    from runbook_runner.cli import host as cli_host
 
     catalog = cli_host.catalog(args)
     if not args.paths:
@@ -103,7 +108,7 @@ def _plural(count: int, noun: str) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from runbook_runner import render
+    from runbook_runner.cli import render
     from runbook_runner.runbook import RunbookInvalid, load
 
     targets = _validation_targets(args)
@@ -171,7 +176,7 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
-    """Many hosts: node sets, an Ansible inventory, --limit; see cli_fleet.py."""
+    """Many hosts: node sets, an Ansible inventory, --limit; see cli/fleet.py."""
     fleet = sub.add_argument_group("many hosts")
     fleet.add_argument(
         "--hosts",
@@ -342,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runs = add(
         "runs",
-        _later("cli_host", "cmd_runs"),
+        _later("cli.host", "cmd_runs"),
         "list recent runs, or show one as a timeline",
         "runbook runs show 20261130T",
     )
@@ -358,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     postmortem = add(
         "postmortem",
-        _later("cli_host", "cmd_postmortem"),
+        _later("cli.host", "cmd_postmortem"),
         "a postmortem page under docs/postmortems/ from a run's journal",
         "runbook postmortem new --from-run 20261130T --title 'GPU 3 held after a crash'",
     )
@@ -378,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drill = add(
         "drill",
-        _later("cli_host", "cmd_drill"),
+        _later("cli.host", "cmd_drill"),
         "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
@@ -404,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = add(
         "test",
-        _later("cli_host", "cmd_test"),
+        _later("cli.host", "cmd_test"),
         "run a runbook on a simulated host in a given state",
         "runbook test gpu-oom-recovery --scenario stuck-d-state",
     )
@@ -431,8 +436,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     """Write runbooks/NAME.yaml, link it from a docs page, and say what to run next."""
     import os
 
-    from runbook_runner import authoring
-    from runbook_runner.catalog import search_path
+    from runbook_runner.cli import authoring
+    from runbook_runner.format.catalog import search_path
 
     try:
         authoring.check_name(args.name)
@@ -501,34 +506,34 @@ def _is_fleet(args: argparse.Namespace) -> bool:
 
 def _one_host(args: argparse.Namespace, prog: str) -> None:
     """Refuse what one --host cannot take, then start connecting to it at once, before
-    the rest of the command is even imported (see connecting.py)."""
+    the rest of the command is even imported (see cli/connecting.py)."""
     if not args.host:
         raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
     if getattr(args, "jsonl", False):
         raise UsageError("--jsonl is for many hosts (--hosts, --inventory); use --json", prog)
-    from runbook_runner.connecting import Connecting
+    from runbook_runner.cli.connecting import Connecting
 
     args.connecting = Connecting(args)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     if _is_fleet(args):
-        from runbook_runner import cli_fleet
+        from runbook_runner.cli import fleet as cli_fleet
 
         return cli_fleet.fleet_check(args)
     _one_host(args, "runbook check")
-    from runbook_runner import cli_host
+    from runbook_runner.cli import host as cli_host
 
     return cli_host.cmd_check(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if _is_fleet(args):
-        from runbook_runner import cli_fleet
+        from runbook_runner.cli import fleet as cli_fleet
 
         return cli_fleet.fleet_run(args)
     _one_host(args, "runbook run")
-    from runbook_runner import cli_host
+    from runbook_runner.cli import host as cli_host
 
     return cli_host.cmd_run(args)
 
@@ -586,13 +591,13 @@ def _failed(error: Exception) -> int | None:
     its exit code; None for a failure nobody planned for (a bug). The modules whose errors
     these are load here, on failure, so that a command that works never imports them."""
     from runbook_runner import journal
-    from runbook_runner.catalog import UnknownRunbook
-    from runbook_runner.cli_host import StateFileInvalid
+    from runbook_runner.cli.host import StateFileInvalid
     from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
-    from runbook_runner.expr import EvalError
-    from runbook_runner.hostlock import HostLocked, LockUnavailable
-    from runbook_runner.parameters import ParameterError
+    from runbook_runner.format.catalog import UnknownRunbook
+    from runbook_runner.format.expr import EvalError
+    from runbook_runner.format.parameters import ParameterError
     from runbook_runner.runbook import RunbookInvalid
+    from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
     if isinstance(error, RunbookInvalid):
         for line in error.lines:

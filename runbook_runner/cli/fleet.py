@@ -1,6 +1,6 @@
 """``check`` and ``run`` on many hosts: node sets and inventories, bounded fan-out, one summary.
 
-With cli.py and cli_host.py the CLI layer: only this thread prints. Hosts are worked on
+Part of the CLI layer (cli/): only this thread prints. Hosts are worked on
 in threads (fleet/fanout.py); what they report comes back here to be printed, so lines
 never interleave and a prompt is never shown while another host asks.
 """
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from runbook_runner import cli_host, console, render
+from runbook_runner.cli import console, render
+from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import (
     AuthenticationFailed,
     HostKeyChanged,
@@ -167,7 +168,7 @@ def _failing(results: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def fleet_check(args: argparse.Namespace) -> int:
-    from runbook_runner.parameters import resolve_parameters
+    from runbook_runner.format.parameters import resolve_parameters
 
     if args.json and args.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook check")
@@ -288,7 +289,7 @@ def _print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None
 
 def fleet_run(args: argparse.Namespace) -> int:
     from runbook_runner.fleet.rollout import batches, may_continue
-    from runbook_runner.parameters import resolve_parameters
+    from runbook_runner.format.parameters import resolve_parameters
 
     for option, given in (("--journal", args.journal), ("--resume", args.resume)):
         if given:
@@ -448,10 +449,10 @@ def _run_one(
     messages: _Messages,
     approved: bool,
 ) -> HostOutcome:
-    from runbook_runner.hostlock import HostLock, HostLocked, LockUnavailable
     from runbook_runner.journal import JournalError
-    from runbook_runner.recording import Recorder
+    from runbook_runner.journal.recording import Recorder
     from runbook_runner.runner import Runner
+    from runbook_runner.ssh.hostlock import HostLock, HostLocked, LockUnavailable
 
     started = time.monotonic()
     refusals: list[str] = []

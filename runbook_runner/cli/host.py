@@ -1,6 +1,6 @@
 """The commands that reach a host: check, run and drill, and the run journal around them.
 
-With cli.py the CLI layer: it prints (through console.py) and picks exit codes.
+Part of the CLI layer (cli/): it prints (through console.py) and picks exit codes.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_runner import __version__, console, render
+from runbook_runner import __version__
 from runbook_runner import journal as journal_module
-from runbook_runner import resume as resume_module
-from runbook_runner.catalog import Catalog, search_path
-from runbook_runner.connecting import started
+from runbook_runner.cli import console, render
+from runbook_runner.cli.connecting import started
 from runbook_runner.errors import (
     Interrupted,
     NeedsConfirmation,
@@ -31,11 +30,13 @@ from runbook_runner.errors import (
     UsageError,
 )
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.hostlock import HostLock
-from runbook_runner.parameters import resolve_parameters
-from runbook_runner.resume import ResumePlan
+from runbook_runner.format.catalog import Catalog, search_path
+from runbook_runner.format.parameters import resolve_parameters
+from runbook_runner.journal import resume as resume_module
+from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
 from runbook_runner.safetext import markdown_cell, visible
+from runbook_runner.ssh.hostlock import HostLock
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.events import Event, RunReport
@@ -120,7 +121,7 @@ def _execute_run(
     drill: DrillHooks | None = None,
 ) -> tuple[int, RunReport | None]:
     """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
-    from runbook_runner.recording import Recorder
+    from runbook_runner.journal.recording import Recorder
     from runbook_runner.runner import Runner
 
     out = console.Output(args.json)
@@ -445,7 +446,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_postmortem(args: argparse.Namespace) -> int:
-    from runbook_runner import postmortem
+    from runbook_runner.kb import postmortem
 
     journal = journal_module.read(journal_module.find(args.from_run, _journal_folder()))
     for problem in journal.problems:
@@ -501,7 +502,7 @@ class DrillHooks:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
-    from runbook_runner import drill as drills
+    from runbook_runner.simhost import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
     named = args.scenario != "random"
@@ -591,7 +592,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
     """A run on the simulated host a state file describes (no expert's row to judge it by)."""
-    from runbook_runner import drill as drills
+    from runbook_runner.simhost import drill as drills
 
     drill = drills.start(args.scenario, state)
     out = console.Output(args.json)

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import regex
-
 from runbook_runner.errors import RunbookRunnerError
 
 
@@ -544,6 +542,8 @@ def search(pattern: str, text: str) -> bool:
     minutes. The ``regex`` module takes the same syntax and a timeout, so a runbook's
     pattern (or one given with --set) costs a bounded time on any host output.
     """
+    import regex  # loaded when a pattern is used: most runs never need it
+
     try:
         return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
     except TimeoutError:
@@ -557,6 +557,8 @@ def search(pattern: str, text: str) -> bool:
 
 def pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` is no regular expression, or None (for load-time checks)."""
+    import regex
+
     try:
         regex.compile(pattern)
     except (regex.error, re.error) as error:

@@ -409,7 +409,7 @@ class Interpolated:
 
     @classmethod
     def parse(cls, source: str) -> Interpolated:
-        from runbook_runner import expr  # here: expr does not need templates
+        from runbook_runner.format import expr
 
         parts: list[str | tuple[str, Any]] = []
         position = 0

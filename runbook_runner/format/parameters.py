@@ -6,8 +6,8 @@ import difflib
 from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.format.semantics import value_problem
 from runbook_runner.runbook import Parameter, Runbook
-from runbook_runner.semantics import value_problem
 
 
 class ParameterError(RunbookRunnerError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runbook_runner import render
+from runbook_runner.cli import render
 from runbook_runner.events import ConfirmRequest, Event, Observed, StepDone, StepStarting, Waiting
 from runbook_runner.journal import TAIL_BYTES, Journal
 from runbook_runner.runbook import Runbook

@@ -24,7 +24,7 @@ import json
 from typing import Any, Protocol
 
 from runbook_runner.errors import RunbookRunnerError
-from runbook_runner.template import quote
+from runbook_runner.format.template import quote
 
 LOCK_NAME = "runbook-runner.lock"
 _DIR = '"${RUNBOOK_LOCK_DIR:-/run/lock}"'

@@ -11,13 +11,11 @@ import difflib
 import re
 from typing import Any
 
-import regex
-
-from runbook_runner import expr
+from runbook_runner.format import expr
+from runbook_runner.format.template import Interpolated, Template
+from runbook_runner.format.yamlsource import Mark, Path, Problem, Source
 from runbook_runner.observe import CONDITIONS, PARSERS
 from runbook_runner.observe.state import field_kinds, field_names, has_field
-from runbook_runner.template import Interpolated, Template
-from runbook_runner.yamlsource import Mark, Path, Problem, Source
 
 _PARAMETER_KINDS = {
     "integer": "number",
@@ -104,7 +102,7 @@ def _mistyped(spec: dict[str, Any], kind: str) -> bool:
     A missing 'expect' or 'run' is then most likely that key, mistyped; saying it is
     missing as well only confuses.
     """
-    from runbook_runner.schema import schema
+    from runbook_runner.format.schema import schema
 
     known = schema()["$defs"][kind].get("properties", {})
     return any(key not in known for key in spec)
@@ -584,6 +582,8 @@ def value_problem(spec: dict[str, Any], value: Any) -> str | None:
         return "must be one of: " + ", ".join(str(c) for c in choices)
     pattern = spec.get("pattern")
     if isinstance(value, str) and isinstance(pattern, str):
+        import regex  # loaded when a pattern is used
+
         try:
             if regex.fullmatch(pattern, value, timeout=expr.REGEX_TIMEOUT_S) is None:
                 return f"must match {pattern}"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from runbook_runner.template import quote
+from runbook_runner.format.template import quote
 
 UNSUPPORTED_STATUS = 97  # the script's exit status when the host lacks timeout or mktemp
 KILL_AFTER_S = 2  # after the TERM of a timeout, KILL this much later

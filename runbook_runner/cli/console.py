@@ -1,6 +1,6 @@
 """Terminal input and output for the CLI: progress, prompts, the closing summary.
 
-With cli.py, the only code that prints or asks; the text itself comes from render.py.
+With the rest of cli/, the only code that prints or asks; the text itself comes from render.py.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from runbook_runner import render
+from runbook_runner.cli import render
 from runbook_runner.errors import NeedsConfirmation
 from runbook_runner.runbook import Runbook
 from runbook_runner.safetext import visible_styled
 
 if TYPE_CHECKING:
-    from runbook_runner.drill import Judgement
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
+    from runbook_runner.simhost.drill import Judgement
 
 OUTPUT_LINES = 25  # of each command's output, shown under its step
 

@@ -3,8 +3,8 @@
 The CLI starts it as soon as the command line is parsed, before it imports what loading
 and running a runbook need: the handshake and the host's own work after the login (about
 45 ms for sshd's session set-up) then overlap with that CPU work instead of following it.
-This module imports nothing heavy itself; paramiko is imported once, on the main thread,
-before the thread starts (two threads importing at once only share one GIL).
+This module imports nothing heavy itself. The thread first resolves the target with
+`ssh -G` (a process it waits for) while the main thread imports paramiko; then it logs in.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def import_transport() -> None:
     """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
-    (with unittest.mock and asyncio: a tenth of the start-up); target.py loads it on demand."""
+    (with unittest.mock and asyncio: a tenth of the start-up); ssh/target.py loads it on demand."""
     if "paramiko" in sys.modules or "invoke" in sys.modules:
         return
     sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
@@ -34,15 +34,15 @@ def import_transport() -> None:
 
 
 def _prompt_passphrase(prompt: str) -> str | None:
-    from runbook_runner import console
+    from runbook_runner.cli import console
 
     return console.prompt_passphrase(prompt)
 
 
 def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTransport:
     """Resolve ``--host`` and the SSH options as OpenSSH would, and log in."""
-    import_transport()
-    from runbook_runner.transport import SshTransport, fingerprint, resolve_target
+    # `ssh -G` needs no paramiko: it runs while the main thread imports it.
+    from runbook_runner.ssh.config import resolve_target
 
     target = resolve_target(
         args.host,
@@ -55,6 +55,8 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
         ssh=getattr(args, "ssh_client", "auto"),
     )
+    import_transport()  # waits for the main thread's import of it, if that is under way
+    from runbook_runner.transport import SshTransport, fingerprint
 
     def recorded(host: str, key: Any) -> None:
         say(
@@ -74,7 +76,6 @@ class Connecting:
     :meth:`abandon` closes it when the run never starts."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        import_transport()  # on this thread, before the other one starts: see the module doc
         # While this thread imports and loads, paramiko's threads need the GIL for every
         # handshake message; by default they wait up to 5 ms for it each time.
         self._switch_interval = sys.getswitchinterval()
@@ -85,7 +86,8 @@ class Connecting:
         self._said: list[str] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._connect, args=(args,), daemon=True)
-        self._thread.start()
+        self._thread.start()  # it starts with `ssh -G`, a process to wait for
+        import_transport()  # on this thread meanwhile: see the module doc
 
     def _connect(self, args: argparse.Namespace) -> None:
         try:

@@ -1,7 +1,7 @@
 """Host keys: fingerprints, the messages for unknown and changed keys, recording a new one.
 
-known_hosts is read by :mod:`runbook_runner.knownhosts`; the decision is made in
-:mod:`runbook_runner.sshconnect`.
+known_hosts is read by :mod:`runbook_runner.ssh.knownhosts`; the decision is made in
+:mod:`runbook_runner.ssh.connect`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import paramiko
 
 from runbook_runner.errors import HostKeyChanged, UnknownHostKey
-from runbook_runner.knownhosts import hash_name
+from runbook_runner.ssh.knownhosts import hash_name
 
 
 def unknown_host_key(host: str, key: paramiko.PKey) -> UnknownHostKey:

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path as FilePath
 from typing import Any
 
-from runbook_runner.yamlsource import Path, Problem, Source
+from runbook_runner.format.yamlsource import Path, Problem, Source
 
 SCHEMA_FILE = "runbook.schema.json"
 

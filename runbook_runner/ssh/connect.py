@@ -2,7 +2,7 @@
 
 The route (ProxyJump hops, ProxyCommand, or a TCP socket), the algorithms the
 user's config allows, the host key checked against known_hosts as OpenSSH reads it
-(:mod:`runbook_runner.knownhosts`), then the keys offered in OpenSSH's order: the
+(:mod:`runbook_runner.ssh.knownhosts`), then the keys offered in OpenSSH's order: the
 agent's (only those named by IdentityFile when IdentitiesOnly is set), then the
 remaining identity files.
 """
@@ -25,7 +25,6 @@ from typing import Any
 import paramiko
 import paramiko.agent
 
-from runbook_runner import knownhosts
 from runbook_runner.errors import (
     AuthenticationFailed,
     HostKeyChanged,
@@ -35,8 +34,9 @@ from runbook_runner.errors import (
     UnknownHostKey,
     Unreachable,
 )
-from runbook_runner.hostkeys import record_host_key
-from runbook_runner.sshconfig import OPENSSH_DEFAULT_ALGORITHMS, SshTarget
+from runbook_runner.ssh import knownhosts
+from runbook_runner.ssh.config import OPENSSH_DEFAULT_ALGORITHMS, SshTarget
+from runbook_runner.ssh.hostkeys import record_host_key
 
 PassphrasePrompt = Callable[[str], str | None]
 Notice = Callable[[str], None]

@@ -1,0 +1,1 @@
+"""The runbook format: YAML with positions, the schema, semantics, templates, expressions."""

@@ -1,0 +1,1 @@
+"""The knowledge base: the site's generated pages, its figures, postmortems from runs."""

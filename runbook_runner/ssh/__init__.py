@@ -1,0 +1,1 @@
+"""SSH: OpenSSH's configuration and known_hosts, connecting, the host lock, batches."""

@@ -1,7 +1,0 @@
-"""Where and how to connect: see :mod:`runbook_runner.sshconfig` (OpenSSH resolves it)."""
-
-from __future__ import annotations
-
-from runbook_runner.sshconfig import SshTarget, resolve_target
-
-__all__ = ["SshTarget", "resolve_target"]
