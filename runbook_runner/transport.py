@@ -131,6 +131,7 @@ class SshTransport:
         self.host_key: paramiko.PKey | None = None
         self.login_user: str | None = None
         self.is_root = False
+        self._batch_refused = False  # the host could not run a batch script (run_many)
         # Called after every reconnect (the host lock re-takes itself); may raise to stop.
         self.after_reconnect: list[Callable[[], None]] = []
 
@@ -295,7 +296,7 @@ class SshTransport:
         ``mktemp`` gets them one by one through :meth:`run`.
         """
         wanted = list(commands)
-        if len(wanted) < 2:
+        if len(wanted) < 2 or self._batch_refused:
             return [self._run_one(c, output_limit) for c in wanted]
         boundary = batch.new_boundary()
         text = batch.script(wanted, boundary, output_limit, self.is_root)
@@ -340,6 +341,8 @@ class SshTransport:
                 raise batch.BatchUnsupported
             outputs = batch.parse(out.bytes(), len(wanted), boundary, output_limit)
         except (batch.BatchUnsupported, batch.BatchGarbled):
+            # This host cannot run the script: not asked again on this connection.
+            self._batch_refused = True
             return [self._run_one(c, output_limit) for c in wanted]
         return [
             CommandResult(

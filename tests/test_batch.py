@@ -214,3 +214,114 @@ def test_a_wait_polls_only_the_observations_its_condition_reads(connect):
     assert counting.commands == [
         OBSERVE_IN_C_LOCALE + runbook.observations["gpu_processes"].command.source
     ]
+
+
+# -- a host that is not a real shell: the script unpacked, its answer framed --------------------
+
+
+def test_unpack_gives_back_each_command_as_sent_even_over_several_lines():
+    commands = [
+        *ODD_COMMANDS,
+        BatchCommand("printf 'two\\nlines'; echo \"$HOME\" 'it'\"'\"'s'", 5, as_root=True),
+        BatchCommand("cat <<'EOF'\nheredoc line\nEOF", 5),
+    ]
+    boundary = batch.new_boundary()
+    unpacked = batch.unpack(batch.script(commands, boundary, 4096, is_root=False))
+    assert unpacked is not None
+    assert unpacked.boundary == boundary
+    assert unpacked.limit == 4096
+    assert unpacked.commands == tuple(batch.as_sent(c, False) for c in commands)
+    assert batch.unpack("echo hi") is None
+    assert batch.unpack("printf '%s%s\\n' rbr-pgid: $$ >&2\necho 'unterminated") is None
+
+
+def test_a_framed_answer_reads_back_as_what_each_command_gave():
+    commands = [BatchCommand("a", 5), BatchCommand("b", 5), BatchCommand("c", 5, alone=True)]
+    boundary = batch.new_boundary()
+    unpacked = batch.unpack(batch.script(commands, boundary, 8, is_root=True))
+    assert unpacked is not None
+    given = {
+        "a": (0, b"x" * 20, b""),  # longer than the limit: the last 8 bytes are kept
+        "b": (3, f"{boundary} 0 0\n".encode(), b"err\n"),  # output that mimics the framing
+        "c": (127, b"", b"\xff\xfe"),
+    }
+    outputs = batch.parse(batch.frame(unpacked, given.__getitem__), 3, boundary, 8)
+    assert [(o.exit_status, o.stdout_size, o.stderr_size) for o in outputs] == [
+        (0, 20, 0),
+        (3, len(given["b"][1]), 4),
+        (127, 0, 2),
+    ]
+    assert outputs[0].stdout == b"x" * 8
+    assert outputs[1].stdout == given["b"][1][-8:]
+    assert outputs[2].stderr == b"\xff\xfe"
+
+
+def test_the_simulated_host_answers_a_goal_check_on_one_channel():
+    """The drill's host (an in-process SSH server with a simulated shell) runs the batch
+    script's commands and frames the answer, as a real shell would: one channel per set."""
+    from pathlib import Path
+
+    from runbook_runner.simhost import drill
+    from runbook_runner.transport import SshTransport, resolve_target
+
+    started = drill.start("oom-crash")
+    try:
+        executed: list[str] = []
+        real = started.host.execute
+        started.host.execute = lambda command: executed.append(command) or real(command)  # type: ignore[method-assign]
+        runbook = load(REPO / "runbook_runner" / "runbooks" / "gpu-oom-recovery.yaml")
+        params = {name: p.default for name, p in runbook.parameters.items()}
+        target = resolve_target(
+            "127.0.0.1",
+            port=started.host.port,
+            user="root",
+            identity_files=[str(started.identity)],
+            known_hosts=Path(started.known_hosts),
+            ssh_config=Path(started.ssh_config),
+        )
+        with SshTransport(target).connect() as transport:
+            executed.clear()  # the login's probe
+            together = Runner(runbook, params, transport).check_goal("now")
+            assert len(executed) == 1
+            assert batch.unpack(executed[0]) is not None
+
+            class OneByOne(Counting):
+                run_many = None  # type: ignore[assignment]
+
+            apart = Runner(runbook, params, OneByOne(transport)).check_goal("now")
+        assert len(executed) == 1 + len(runbook.observations)
+        # ps shows the simulated shell's own pid, which differs: the rest must be equal.
+        assert {k: v for k, v in together.state.items() if k != "processes"} == {
+            k: v for k, v in apart.state.items() if k != "processes"
+        }
+        assert [r.to_json() for r in together.results] == [r.to_json() for r in apart.results]
+        assert "failing" in [r.status for r in together.results]  # oom-crash: GPUs still held
+    finally:
+        started.close()
+
+
+def test_a_host_that_refuses_the_script_is_not_asked_again_on_that_connection(connect):
+    transport = connect()
+    sent: list[str] = []
+    real = transport._open_channel
+
+    def opening() -> Any:
+        channel = real()
+        original = channel.exec_command
+        channel.exec_command = lambda command: sent.append(command) or original(command)
+        return channel
+
+    transport._open_channel = opening  # type: ignore[method-assign]
+    # A PATH without timeout(1): the script exits 97 and the commands run one by one.
+    commands = [BatchCommand(f"PATH=/nonexistent; echo {i}", 5) for i in range(2)]
+    transport.run(": warm", 5)
+    sent.clear()
+    real_script = batch.script
+    try:
+        batch.script = lambda *a, **k: "exit 97\n"  # type: ignore[assignment]
+        first = transport.run_many(commands)
+        second = transport.run_many(commands)
+    finally:
+        batch.script = real_script  # type: ignore[assignment]
+    assert [r.stdout for r in first] == [r.stdout for r in second] == ["0\n", "1\n"]
+    assert len(sent) == 1 + 2 + 2  # one refused script, then only one channel per command

@@ -20,6 +20,7 @@ from runbook_runner.simhost.commands import Env
 from runbook_runner.simhost.model import SimHost
 from runbook_runner.simhost.shell import Shell
 from runbook_runner.simhost.simulated import SimClock, SimProcesses
+from runbook_runner.ssh import batch
 
 BOOT_S = 90.0  # simulated seconds a reboot keeps the host away
 
@@ -53,6 +54,19 @@ class DrillHost:
     # -- the simulated host -----------------------------------------------------------------
 
     def execute(self, command: str) -> Outcome:
+        """Run a command line on the simulated host as its login shell would."""
+        unpacked = batch.unpack(command)
+        if unpacked is not None:
+            # The runner's batch script (several observations on one channel): the simulated
+            # shell runs each of its commands and answers as the script would have.
+            def run(one: str) -> tuple[int, bytes, bytes]:
+                outcome = self._execute(one)
+                return outcome.status, outcome.stdout.encode(), outcome.stderr.encode()
+
+            return Outcome(batch.frame(unpacked, run).decode(), "", 0, False)
+        return self._execute(command)
+
+    def _execute(self, command: str) -> Outcome:
         with self._lock:
             self.host.now = self.clock.now()
             self.host.forget_dead(self.processes.alive)

@@ -26,6 +26,8 @@ Builtins, one ``wc`` and one ``tail``: few processes on the host besides the com
 from __future__ import annotations
 
 import secrets
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runbook_runner.format.template import quote
@@ -187,3 +189,70 @@ def parse(data: bytes, count: int, boundary: str, limit: int) -> list[BatchOutpu
     if position != len(data):
         raise BatchGarbled(f"{len(data) - position} bytes after the last command")
     return outputs
+
+
+# -- the same script, for a host that is not a real shell -----------------------------------
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """What a script of :func:`script` asks for: its commands as sent, in order."""
+
+    boundary: str
+    limit: int
+    commands: tuple[str, ...]
+
+
+def unpack(text: str) -> Unpacked | None:
+    """The commands of a script :func:`script` wrote, or None for any other text.
+
+    For the simulated host, whose shell runs commands but not this script: it runs each
+    command itself and answers with :func:`frame`, as a real shell would have.
+    """
+    if not text.startswith(f"printf '%s%s\\n' {_PGID_MARK} "):
+        return None
+    commands: dict[int, str] = {}
+    boundary, limit = "", 0
+    try:
+        for words in _statements(text):
+            if words[:2] == ["timeout", "-k"] and words[4:8] == ["sh", "-c", "$w", "$n"]:
+                index = int(words[9].removeprefix("$d/").removesuffix(".rc"))
+                commands[index] = words[8]
+            elif words[:3] == ["tail", "-q", "-c"]:
+                limit = int(words[3])
+            elif words[:2] == ["printf", "%s\\n"] and len(words) == 3:
+                boundary = words[2]
+    except (ValueError, IndexError):
+        return None
+    if not boundary or limit < 1 or sorted(commands) != list(range(len(commands))):
+        return None
+    return Unpacked(boundary, limit, tuple(commands[i] for i in range(len(commands))))
+
+
+def _statements(text: str) -> list[list[str]]:
+    """The script's lines as words; a quoted command may span lines (it is one word)."""
+    statements, pending = [], ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        try:
+            words = shlex.split(pending)
+        except ValueError:  # a quote still open: the line goes on
+            continue
+        statements.append(words)
+        pending = ""
+    if pending:
+        raise ValueError("an unterminated quote")
+    return statements
+
+
+def frame(unpacked: Unpacked, run: Callable[[str], tuple[int, bytes, bytes]]) -> bytes:
+    """What the script prints when each command gives ``run(command)``: (status, out, err)."""
+    done = [run(command) for command in unpacked.commands]
+    head = b"".join(
+        f"{unpacked.boundary} {i} {status}\n".encode() for i, (status, _, _) in enumerate(done)
+    )
+    sizes = b"".join(
+        f"{len(out)} {i}.o\n{len(err)} {i}.e\n".encode() for i, (_, out, err) in enumerate(done)
+    )
+    tails = b"".join(out[-unpacked.limit :] + err[-unpacked.limit :] for _, out, err in done)
+    return head + sizes + unpacked.boundary.encode() + b"\n" + tails
