@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format import expr, schema, yamlsource
 from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
@@ -249,7 +250,7 @@ def load(path: Path) -> Runbook:
     """Load and fully validate a runbook file; raises :class:`RunbookInvalid`."""
     filename = display_name(path)
     try:
-        raw = path.read_bytes()
+        raw = localfile.read_bytes(path, localfile.RUNBOOK_LIMIT)
     except OSError as error:
         raise RunbookInvalid(
             filename, [_problem((), f"cannot read the file: {error.strerror}")]

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from runbook_runner.format.template import Template, quote, shell_problems
@@ -237,6 +237,9 @@ _FRAGMENTS = [
     command=st.sampled_from(_FRAGMENTS[:5]),
     parts=st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=8),
 )
+# Found by this test: a "(" after eval's first word was taken for the start of a new
+# command, so the placeholder no longer counted as eval's (bash ran the value).
+@example(command="eval ", parts=["A=", "(", ")", "printf '%s' ", "{{ v }}"])
 def test_any_template_the_loader_accepts_runs_no_value(command, parts):
     """Random shell text with placeholders: whatever passes the load-time check, no value
     (of the payloads that break out of a wrong context) makes the shell run a command."""
@@ -255,3 +258,10 @@ def test_any_template_the_loader_accepts_runs_no_value(command, parts):
                     check=False,
                 )
             assert "canary" not in os.listdir(folder), (template, payload)
+
+
+def test_a_parenthesis_inside_evals_words_does_not_end_eval():
+    assert shell_problems("eval A=()printf '%s' {{ v }}")  # bash: eval re-parses the value
+    assert shell_problems("eval (x) {{ v }}")
+    assert not shell_problems("A=()printf '%s' {{ v }}")  # no eval: the value is an argument
+    assert not shell_problems("true; (printf '%s' {{ v }})")  # a subshell where a command starts

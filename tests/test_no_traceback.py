@@ -194,3 +194,35 @@ def test_runs_show_of_a_journal_nested_thousands_deep_is_not_a_traceback(
     assert "internal error" not in err
     assert code == ExitCode.OK
     assert ".jsonl:2: line " in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "/dev/zero"],
+        ["show", "/dev/zero"],
+        ["test", "benchmarks/ten-steps.yaml", "--state", "/dev/zero"],
+        ["check", "benchmarks/ten-steps.yaml", "--inventory", "/dev/zero"],
+    ],
+)
+def test_a_file_that_never_ends_is_refused_not_read_until_memory_runs_out(argv, capsys):
+    """`runbook validate /dev/zero` read until the OOM killer came (found by the fuzzer
+    above with /dev/full); every file named on the command line is read with a bound."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == ExitCode.BAD_INPUT, err
+    assert "/dev/zero" in out + err
+    assert "larger than" in out + err
+    assert "Traceback" not in out + err
+
+
+def test_the_bound_is_exact(tmp_path):
+    from runbook_runner import localfile
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    assert localfile.read_bytes(path, 10) == b"x" * 10
+    with pytest.raises(localfile.TooLarge) as raised:
+        localfile.read_bytes(path, 9)
+    assert isinstance(raised.value, OSError)
+    assert raised.value.filename == str(path)

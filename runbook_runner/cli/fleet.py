@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from runbook_runner import localfile
 from runbook_runner.cli import console, render
 from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import (
@@ -55,7 +56,7 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
     if args.inventory:
         path = Path(args.inventory)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = localfile.read_text(path, localfile.LIST_LIMIT)
         except (OSError, UnicodeDecodeError) as error:
             raise UsageError(f"--inventory {path}: cannot read it ({error})", _prog(args)) from None
         try:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_runner import __version__
+from runbook_runner import __version__, localfile
 from runbook_runner import journal as journal_module
 from runbook_runner.cli import console, render
 from runbook_runner.cli.connecting import started
@@ -580,10 +580,12 @@ def cmd_test(args: argparse.Namespace) -> int:
     try:
         import yaml
 
-        data = yaml.safe_load(Path(args.state).read_text(encoding="utf-8"))
+        data = yaml.safe_load(localfile.read_text(Path(args.state), localfile.CONFIG_LIMIT))
         host = host_from_state(data)
     except OSError as error:
         raise StateFileInvalid(f"--state {args.state}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise StateFileInvalid(f"--state {args.state}: not UTF-8 text ({error.reason})") from None
     except (yaml.YAMLError, StateFileError) as error:
         raise StateFileInvalid(f"--state {args.state}: {error}") from None
     args.scenario = Path(args.state).name

@@ -45,8 +45,14 @@ class Catalog:
     def find(self, name_or_path: str) -> Path:
         """A runbook by name, or a path to a YAML file."""
         candidate = Path(name_or_path)
-        if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
-            return candidate
+        looks_like_a_path = candidate.suffix in {".yaml", ".yml"} or "/" in name_or_path
+        if looks_like_a_path and candidate.exists():
+            if candidate.is_dir():
+                raise UnknownRunbook(
+                    f"{name_or_path}: a folder, not a runbook file (give --runbooks "
+                    f"{name_or_path} and a runbook's name)"
+                )
+            return candidate  # a file, or a pipe (<(...)): read with a size bound
         paths = self.paths()
         if name_or_path in paths:
             return paths[name_or_path]

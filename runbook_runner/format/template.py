@@ -293,7 +293,10 @@ def shell_problems(source: str) -> list[tuple[int, str]]:
             continue
         if c in _OPERATORS and not stack:
             in_word = False
-            if c in ";&|(":
+            # "(" starts a command only where a command may start; after a command's words
+            # it is bash's array syntax (or a syntax error): the same command goes on, so
+            # that `eval A=()printf {{ v }}` is still seen as eval's.
+            if c in ";&|" or (c == "(" and command_position):
                 command_position = True
                 words.clear()
             i += 1

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 
 TAIL_BYTES = 4096  # of each command's stdout and stderr
@@ -77,7 +78,7 @@ class Journal:
     def drop_cut_short_tail(self) -> str | None:
         """Before appending to a journal whose runner died mid-line: remove that partial
         line (returned, for the record), so that the next event starts a line of its own."""
-        raw = self.path.read_bytes()
+        raw = localfile.read_bytes(self.path, localfile.JOURNAL_LIMIT)
         if not raw or raw.endswith(b"\n"):
             return None
         keep = raw.rfind(b"\n") + 1
@@ -130,7 +131,7 @@ class JournalRead:
 def read(path: Path) -> JournalRead:
     """Every complete event; a damaged line is reported and skipped, never fatal."""
     try:
-        raw = path.read_bytes()
+        raw = localfile.read_bytes(path, localfile.JOURNAL_LIMIT)
     except OSError as error:
         raise JournalError(f"cannot read the journal {path}: {error.strerror}") from None
     events, problems, damaged = [], [], []

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runbook_runner import localfile
 from runbook_runner.errors import SshSetupError
 
 Options = Mapping[str, Sequence[str]]
@@ -370,7 +371,7 @@ def fallback_options(
     entry: dict[str, object] = {}
     if path.is_file():
         try:
-            text = path.read_text(errors="replace")
+            text = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace")
         except OSError as error:
             raise SshSetupError(f"cannot read {path}: {error.strerror}", "fix the file") from None
         for number, line in enumerate(text.splitlines(), 1):

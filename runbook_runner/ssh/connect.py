@@ -25,6 +25,7 @@ from typing import Any
 import paramiko
 import paramiko.agent
 
+from runbook_runner import localfile
 from runbook_runner.errors import (
     AuthenticationFailed,
     HostKeyChanged,
@@ -332,6 +333,8 @@ def key_file_problem(path: Path) -> str | None:
         return "a directory, not a key file"
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file"
+    if info.st_size > localfile.CONFIG_LIMIT:
+        return f"larger than {localfile.CONFIG_LIMIT // localfile.MiB} MiB: not a key file"
     try:
         with path.open("rb") as handle:
             head = handle.read(64)
@@ -363,13 +366,13 @@ def public_blob(path: Path) -> bytes | None:
     """The public key of a key file without its passphrase: the .pub, or OpenSSH's header."""
     pub = Path(f"{path}.pub")
     try:
-        words = pub.read_text(errors="replace").split()
+        words = localfile.read_text(pub, localfile.CONFIG_LIMIT, errors="replace").split()
         if len(words) >= 2:
             return base64.b64decode(words[1], validate=True)
     except (OSError, ValueError):
         pass
     try:
-        text = path.read_text(errors="replace")
+        text = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace")
     except OSError:
         return None
     if "BEGIN OPENSSH PRIVATE KEY" in text:
@@ -386,7 +389,7 @@ def public_blob(path: Path) -> bytes | None:
 def _public_key_file(path: Path) -> bytes | None:
     """The key in a public key file ("TYPE BASE64 [comment]"), if it is one."""
     try:
-        words = path.read_text(errors="replace").split()
+        words = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace").split()
         return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
     except (OSError, ValueError):
         return None
@@ -444,7 +447,7 @@ def _identities(target: SshTarget, hooks: Hooks) -> tuple[list[_Identity], list[
 def is_encrypted(path: Path) -> bool:
     """Does the key file need a passphrase? (OpenSSH format: its cipher; PEM: its header.)"""
     try:
-        text = path.read_text(errors="replace")
+        text = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace")
     except OSError:
         return False
     if "BEGIN OPENSSH PRIVATE KEY" in text:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from runbook_runner import localfile
+
 MARKERS = ("@revoked", "@cert-authority")
 
 
@@ -111,7 +113,7 @@ def read_files(paths: Iterable[Path]) -> Parsed:
                 entries.extend(cached.entries)
                 problems.extend(cached.problems)
                 continue
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = localfile.read_text(path, localfile.LIST_LIMIT, errors="replace")
         except FileNotFoundError:
             continue
         except IsADirectoryError:
