@@ -254,6 +254,10 @@ def test_jsonl_with_one_host_is_refused_before_any_connection(capsys, monkeypatc
         raise AssertionError("connected")
 
     monkeypatch.setattr(connecting.Connecting, "__init__", no)
-    code = main(["run", str(REPO / "benchmarks" / "ten-steps.yaml"), "--host", "h", "--jsonl"])
+    ten = str(REPO / "benchmarks" / "ten-steps.yaml")
+    code = main(["run", ten, "--host", "h", "--jsonl"])
     assert code == 2
     assert "--jsonl is for many hosts" in capsys.readouterr().err
+    code = main(["run", ten, "--host", "h", "--resume", "R1", "--dry-run"])
+    assert code == 2
+    assert "cannot be combined with --dry-run" in capsys.readouterr().err

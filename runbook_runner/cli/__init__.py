@@ -528,6 +528,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.resume and (args.from_step or args.dry_run):
+        # A resume continues exactly where the journal says; a dry run's "planned" steps
+        # in that journal would read as decided ones.
+        raise UsageError(
+            "--resume continues where the run stopped: it cannot be combined with "
+            + ("--from" if args.from_step else "--dry-run"),
+            "runbook run",
+        )
     if _is_fleet(args):
         from runbook_runner.cli import fleet as cli_fleet
 

@@ -128,14 +128,6 @@ def _execute_run(
     connecting = started(args)
     try:
         runbook, params = _load_with_params(args)
-        if getattr(args, "resume", None) and (args.from_step or args.dry_run):
-            # A resume continues exactly where the journal says; a dry run's "planned" steps
-            # in that journal would read as decided ones.
-            raise UsageError(
-                "--resume continues where the run stopped: it cannot be combined with "
-                + ("--from" if args.from_step else "--dry-run"),
-                "runbook run",
-            )
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
         if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
             raise UsageError(
