@@ -208,3 +208,20 @@ def test_query_csv_parses_with_the_same_parsers_and_has_the_real_header():
     empty = render.query_compute_apps(host, apps_fields, header=True, units=True)
     assert empty == fixture_text("nvidia-smi/csv-compute-apps-590.48.01-h200-idle-empty.txt")
     assert parse_compute_apps(empty) == ()
+
+
+def test_the_stopped_gpu_services_observation_lists_only_installed_units():
+    """The simulated shell runs the runbook's loop as sh would: a unit that is not installed
+    is not a stopped service (it used to be listed: the loop read is-active alone)."""
+    import yaml
+
+    from conftest import REPO
+    from runbook_runner.simhost.model import SimService
+    from runbook_runner.simhost.sshserver import DrillHost
+
+    host = eight_gpu_server()
+    host.services += [SimService("dcgm-exporter"), SimService("dcgm", active=False, enabled=False)]
+    spec = yaml.safe_load((REPO / "runbooks" / "gpu-oom-recovery.yaml").read_text())
+    command = spec["observations"]["stopped_gpu_services"]["command"]
+    outcome = DrillHost(host).execute(command)
+    assert (outcome.stdout, outcome.status) == ("dcgm\n", 0)

@@ -59,7 +59,7 @@ def destructive_calls(host):
     def changes(call: list[str]) -> bool:
         name, args = call[0], call[1:]
         if name == "systemctl":
-            return args[:1] not in (["is-active"], ["is-enabled"], ["list-units"])
+            return args[:1] not in (["is-active"], ["is-enabled"], ["show"], ["list-units"])
         if name == "fuser":
             return "-k" in args
         if name == "nvidia-smi":

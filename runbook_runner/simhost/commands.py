@@ -449,6 +449,12 @@ def systemctl(env: Env, args: list[str]) -> int:
     verb, units = words[0], words[1:]
     for unit in units:
         service = host.service(unit)
+        if verb == "is-enabled" and service is None:
+            # systemd: nothing on stdout for a unit that is not installed, only the error.
+            env.err(
+                f"Failed to get unit file state for {unit}.service: No such file or directory\n"
+            )
+            return 1
         if verb in {"is-active", "is-enabled"}:
             if verb == "is-active":
                 yes = service is not None and service.active
