@@ -111,8 +111,9 @@ def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, 
     only_a_reboot_helps(gpu_host)
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS)
     assert code == ExitCode.GOAL_NOT_MET
-    # refused: once, then again out of persistence mode (GPU 2 only), then the driver reload
-    assert [c[-1] for c in resets(gpu_host)] == ["0", "2", "2"]
+    # refused: once, again out of persistence mode (GPU 2 only), again with the GPU services
+    # stopped; then the driver reload
+    assert [c[-1] for c in resets(gpu_host)] == ["0", "2", "2", "2"]
     assert ["nvidia-smi", "-i", "2", "-pm", "0"] in gpu_host.calls()
     assert ["rmmod", "nvidia_uvm"] in gpu_host.calls()
     assert not any(c[0] == "reboot" for c in gpu_host.calls())

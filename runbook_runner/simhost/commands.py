@@ -99,12 +99,21 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
         return _reset(env, ids)
     if "-pm" in args or "--persistence-mode" in args:
         enabled = (option(args, "-pm", "--persistence-mode") or "1") in {"1", "ENABLED"}
+        refused = False
         for gpu in host.gpus:
             if ids is None or gpu.index in ids:
+                if not enabled and gpu.persistence_locked:
+                    host.note(f"persistence off was refused for GPU {gpu.index}")
+                    env.out(f"Unable to set persistence mode for GPU {gpu.bus_id}: Unknown Error\n")
+                    refused = True
+                    continue
                 gpu.persistence = enabled
                 host.act(f"persistence {'on' if enabled else 'off'} GPU {gpu.index}")
                 state = "Enabled" if enabled else "Disabled"
                 env.out(f"{state} persistence mode for GPU {gpu.bus_id}.\n")
+        if refused:
+            env.out("Terminating early due to previous errors.\n")
+            return 2
         env.out("All done.\n")
         return 0
     if "-L" in args:

@@ -31,6 +31,7 @@ class SimGpu:
     persistence_blocks_reset: bool = (
         False  # a reset is refused while this GPU is in persistence mode
     )
+    persistence_locked: bool = False  # `nvidia-smi -i N -pm 0` is refused (the daemon holds it)
     pcie_width: int = 16  # the link trained at this width (x16 at most)
     clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
     ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded

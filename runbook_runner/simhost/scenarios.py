@@ -166,6 +166,15 @@ def persistence_blocks_reset() -> SimHost:
     return host
 
 
+def daemon_holds_gpu() -> SimHost:
+    """GPU 2's reset is refused in persistence mode, and the daemon refuses -pm 0 for it."""
+    host = persistence_blocks_reset()
+    host.gpu(2).persistence_locked = True
+    # Installed, stopped and disabled before the incident: not this run's to start.
+    host.services.append(SimService("nvidia-dcgm", active=False, enabled=False))
+    return host
+
+
 def supervisor_restarts_server() -> SimHost:
     host = eight_gpu_server()
     spec = [{"cmdline": LAUNCH, "teardown_s": 1.0}] + [
@@ -368,6 +377,27 @@ MATRIX: tuple[Scenario, ...] = (
         actions=("reset GPU 2", "persistence off GPU 2", "persistence on GPU 2"),
         ideal_s=45,
         lesson="the smallest blast radius that works: one GPU out of persistence, not the daemon",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+    ),
+    Scenario(
+        "daemon-holds-gpu",
+        "GPU 2 will not leave persistence mode, so its reset is refused until the GPU services "
+        "are stopped: stop them, reset GPU 2, start again exactly the ones stopped",
+        daemon_holds_gpu,
+        wrong="orphaned memory on GPU 2; nvidia-persistenced holds it and refuses -pm 0; "
+        "nvidia-dcgm was stopped on purpose before, and stays so",
+        expert="stop nvidia-persistenced and dcgm-exporter, reset GPU 2 (not a driver reload: "
+        "that is every GPU), start the two services again",
+        actions=(
+            "reset GPU 2",
+            "stop nvidia-persistenced",
+            "stop dcgm-exporter",
+            "start nvidia-persistenced",
+            "start dcgm-exporter",
+        ),
+        ideal_s=50,
+        lesson="stop what holds /dev/nvidia* and retry the reset before reloading the driver; "
+        "start again only what you stopped",
         page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
     ),
     Scenario(
