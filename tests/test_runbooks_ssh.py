@@ -122,6 +122,21 @@ def test_a_reset_that_keeps_failing_escalates_and_stops_before_reboot(gpu_host, 
     assert "GPU 2: memory.used" in out
 
 
+def test_with_no_gpu_service_to_stop_the_reset_is_not_retried_for_nothing(gpu_host, capsys):
+    """The reset after stopping the GPU services runs only when a service was stopped:
+    otherwise nothing changed since the last refused reset."""
+    crash(gpu_host)
+    only_a_reboot_helps(gpu_host)
+    state = gpu_host.state()
+    state.services = [s for s in state.services if not s.holds_gpus]  # no daemon, no DCGM
+    gpu_host.set_state(state)
+    code, out = run(capsys, gpu_host, RECOVERY, "--yes", *SHORT_WAITS)
+    assert "skipped" in out
+    assert code == ExitCode.GOAL_NOT_MET
+    assert [c[-1] for c in resets(gpu_host)] == ["0", "2", "2"]
+    assert ["rmmod", "nvidia_uvm"] in gpu_host.calls()
+
+
 def test_with_allow_reboot_the_host_reboots_reconnects_and_reaches_the_goal(gpu_host, capsys):
     crash(gpu_host)
     only_a_reboot_helps(gpu_host)
