@@ -383,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drill = add(
         "drill",
-        _later("cli.host", "cmd_drill"),
+        _later("cli.drill", "cmd_drill"),
         "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = add(
         "test",
-        _later("cli.host", "cmd_test"),
+        _later("cli.drill", "cmd_test"),
         "run a runbook on a simulated host in a given state",
         "runbook test gpu-oom-recovery --scenario stuck-d-state",
     )
@@ -599,7 +599,7 @@ def _failed(error: Exception) -> int | None:
     its exit code; None for a failure nobody planned for (a bug). The modules whose errors
     these are load here, on failure, so that a command that works never imports them."""
     from runbook_runner import journal
-    from runbook_runner.cli.host import StateFileInvalid
+    from runbook_runner.cli.drill import StateFileInvalid
     from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
     from runbook_runner.format.catalog import UnknownRunbook
     from runbook_runner.format.expr import EvalError
