@@ -227,6 +227,25 @@ def test_the_state_file_maps_onto_the_simulated_host():
 
 
 @pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"processes": 1}, "processes: expected a list, got 1"),
+        ({"kernel_messages": True}, "kernel_messages: expected a list"),
+        ({"services": 1}, "services: expected a list"),
+        ({"gpus": [{"orphaned_mib": "lots"}]}, "gpus[0].orphaned_mib: expected an integer"),
+        ({"gpus": [{"persistence": "yes"}]}, "gpus[0].persistence: expected true or false"),
+        ({"processes": [{"pid": 1, "cmdline": "x", "gpu_mib": {0: "x"}}]}, "processes[0].gpu_mib"),
+        ({"processes": [{"pid": "one"}]}, "processes[0].pid: expected an integer"),
+    ],
+)
+def test_a_state_file_value_of_the_wrong_type_is_refused_by_name(state, message):
+    """Found by fuzzing host_from_state: these crashed (`processes: 1`), or were taken and
+    crashed the simulated host in the middle of the run (a GPU's memory given as text)."""
+    with pytest.raises(StateFileError, match=re.escape(message)):
+        host_from_state(state)
+
+
+@pytest.mark.parametrize(
     ("command", "parser"),
     [
         ("df -B1 --output=source,fstype,size,used,avail,pcent,file,target /tmp", "df"),

@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import types
+import typing
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -89,16 +91,67 @@ def _keys(data: Any, known: tuple[str, ...] | list[str], where: str) -> dict[str
 
 
 def _record(cls: type, data: Any, where: str, sizes: dict[str, str]) -> Any:
-    """A dataclass from a mapping: its fields, plus ``size``-style aliases of byte fields."""
+    """A dataclass from a mapping: its fields, plus ``size``-style aliases of byte fields.
+    Each value must have its field's type: a wrong one is an error here, not a crash of
+    the simulated host in the middle of a run."""
     fields = [f.name for f in dataclasses.fields(cls)]
     data = dict(_keys(data, [*fields, *sizes], where))
     for alias, name in sizes.items():
         if alias in data:
             data[name] = size(data.pop(alias), f"{where}.{alias}")
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        if name in sizes.values() and isinstance(value, str):
+            data[name] = size(value, f"{where}.{name}")
+        elif not _has_type(value, hints.get(name, Any)):
+            raise StateFileError(
+                f"{where}.{name}: expected {_type_name(hints[name])}, got {value!r}"
+            )
     try:
         return cls(**data)
     except TypeError as error:
         raise StateFileError(f"{where}: {error}") from None
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a value read from YAML fits a field's annotation (the simple kinds the
+    simulated host's records use; anything else is let through)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if origin is list or hint is list:
+        return isinstance(value, list)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "text", bool: "true or false"}
+    arms = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    origin = typing.get_origin(arms[0])
+    if origin is dict:
+        return "a mapping"
+    if origin is list:
+        return "a list"
+    return " or ".join(names.get(a, getattr(a, "__name__", str(a))) for a in arms)
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise StateFileError(f"{key}: expected a list, got {value!r}")
+    return value
 
 
 def host_from_state(data: Any) -> SimHost:
@@ -116,16 +169,21 @@ def host_from_state(data: Any) -> SimHost:
         ]
     else:
         raise StateFileError("gpus: expected a count or a list of GPUs")
-    for i, p in enumerate(data.get("processes") or []):
+    for i, p in enumerate(_list(data, "processes")):
         process = _record(SimProcess, p, f"processes[{i}]", {"host_memory": "host_bytes"})
-        process.gpu_mib = {str(k): int(v) for k, v in (process.gpu_mib or {}).items()}
+        try:
+            process.gpu_mib = {str(k): int(v) for k, v in (process.gpu_mib or {}).items()}
+        except (TypeError, ValueError):
+            raise StateFileError(
+                f"processes[{i}].gpu_mib: expected GPU index: MiB, got {process.gpu_mib!r}"
+            ) from None
         if not isinstance(process.host_bytes, int):
             process.host_bytes = size(process.host_bytes, f"processes[{i}].host_bytes")
         host.processes.append(process)
     if "services" in data:
         host.services = [
             _record(SimService, s, f"services[{i}]", {})
-            for i, s in enumerate(data["services"] or [])
+            for i, s in enumerate(_list(data, "services"))
         ]
     for key, value in _keys(data.get("memory") or {}, list(_MEMORY), "memory").items():
         setattr(host, _MEMORY[key], size(value, f"memory.{key}"))
@@ -134,7 +192,7 @@ def host_from_state(data: Any) -> SimHost:
             _record(
                 SimFilesystem, f, f"filesystems[{i}]", {"size": "size_bytes", "used": "used_bytes"}
             )
-            for i, f in enumerate(data["filesystems"] or [])
+            for i, f in enumerate(_list(data, "filesystems"))
         ]
         if not any(f.mounted_on == "/" for f in host.filesystems):
             host.filesystems.insert(0, SimFilesystem("/", 1_920_383_410_176, 412 * 1024**3))
@@ -142,6 +200,6 @@ def host_from_state(data: Any) -> SimHost:
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise StateFileError("files: expected a mapping of path: text")
     host.files = {str(k): v for k, v in files.items()}
-    host.kernel_messages = [str(m) for m in data.get("kernel_messages") or []]
+    host.kernel_messages = [str(m) for m in _list(data, "kernel_messages")]
     host.driver_loaded = bool(data.get("driver_loaded", True))
     return host
