@@ -56,18 +56,22 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         ssh=getattr(args, "ssh_client", "auto"),
     )
     import_transport()  # waits for the main thread's import of it, if that is under way
-    from runbook_runner.transport import SshTransport, fingerprint
+    from runbook_runner.transport import SshTransport
 
     def recorded(host: str, key: Any) -> None:
-        say(
-            f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) "
-            f"in {target.known_hosts}"
-        )
+        say(key_recorded(host, key, target.known_hosts))
 
     def notice(text: str) -> None:
         print(f"runbook: {text}", file=sys.stderr, flush=True)
 
     return SshTransport(target, _prompt_passphrase, recorded, notice).connect()
+
+
+def key_recorded(host: str, key: Any, known_hosts: Path) -> str:
+    """What is said when --accept-new-host-key records a host's key."""
+    from runbook_runner.transport import fingerprint
+
+    return f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {known_hosts}"
 
 
 class Connecting:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from runbook_runner import journal as journal_module
 from runbook_runner import localfile
 from runbook_runner.cli import console
-from runbook_runner.cli.host import _execute_run, load_named
+from runbook_runner.cli.host import execute_run, load_named
 from runbook_runner.errors import RunbookRunnerError, UsageError
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
         hooks = DrillHooks(name, drill.host.clock.now, judge)
         hooks.retry = hooks.retry.replace("NAME", args.runbook)
-        code, report = _execute_run(
+        code, report = execute_run(
             args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep, drill=hooks
         )
         if report is not None:
@@ -144,7 +144,7 @@ def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
         _describe_simulated_host(out, drill)
         started = drill.host.clock.now()
         _point_at_simulated_host(args, drill)
-        code, report = _execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
+        code, report = execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
         console.state_debrief(
             out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
         )

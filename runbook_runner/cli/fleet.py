@@ -111,15 +111,13 @@ class _Messages:
 
 
 def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> SshTransport:
-    from runbook_runner.transport import SshTransport, fingerprint
+    from runbook_runner.cli.connecting import key_recorded
+    from runbook_runner.transport import SshTransport
 
     target = _target(args, host)
 
     def recorded(name: str, key: Any) -> None:
-        messages.put(
-            f"{host.name}: recorded the host key of {name} "
-            f"({key.get_name()} {fingerprint(key)}) in {target.known_hosts}"
-        )
+        messages.put(f"{host.name}: {key_recorded(name, key, target.known_hosts)}")
 
     # No passphrase prompt from a worker thread: an encrypted key needs ssh-agent here.
     transport = SshTransport(target, None, recorded)

@@ -111,10 +111,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return _execute_run(args)[0]
+    return execute_run(args)[0]
 
 
-def _execute_run(
+def execute_run(
     args: argparse.Namespace,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,

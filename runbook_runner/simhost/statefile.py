@@ -177,8 +177,6 @@ def host_from_state(data: Any) -> SimHost:
             raise StateFileError(
                 f"processes[{i}].gpu_mib: expected GPU index: MiB, got {process.gpu_mib!r}"
             ) from None
-        if not isinstance(process.host_bytes, int):
-            process.host_bytes = size(process.host_bytes, f"processes[{i}].host_bytes")
         host.processes.append(process)
     if "services" in data:
         host.services = [
