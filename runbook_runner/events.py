@@ -84,6 +84,7 @@ class StepRecord:
     wait: WaitEnd | None = None  # how the step's wait ended, if it waited
     targets: tuple[str, ...] = ()  # the observed items it acted on (PIDs, GPUs)
     acted: tuple[dict[str, Any], ...] = ()  # their fields, for a later within: {changed_by}
+    left_alone: tuple[str, ...] = ()  # what ownership kept it from acting on, and why
 
     @property
     def sent(self) -> bool:
@@ -105,6 +106,8 @@ class StepRecord:
             document["targets"] = list(self.targets)
         if self.acted and self.sent:
             document["acted"] = list(self.acted)
+        if self.left_alone:
+            document["left_alone"] = list(self.left_alone)
         return document
 
 

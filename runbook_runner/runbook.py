@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,6 +167,56 @@ class Step:
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
 
 
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_PORT_FLAG = re.compile(r"(?:^|\s)--port(?:=|\s+)(?P<port>\d{1,5})(?:\s|$)")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a runbook is about: the server, as the host shows it.
+
+    ``launcher`` and ``workers`` are regular expressions over a process's full command
+    line; ``unit`` over systemd unit names. ``ports`` maps a regular expression over the
+    launcher's command line to the port it listens on when its command line gives none.
+    """
+
+    description: str
+    launcher: str = ""
+    workers: str = ""
+    unit: str = ""
+    health_path: str = ""
+    ports: tuple[tuple[str, int], ...] = ()
+    health_timeout_s: float = 5.0
+
+    def with_parameters(self, params: Mapping[str, Any]) -> Subject:
+        """The patterns with their ``{{ NAME }}`` parameters filled in (raw: regexes)."""
+
+        def fill(text: str) -> str:
+            return PLACEHOLDER.sub(lambda m: str(params.get(m[1], "")), text)
+
+        return replace(
+            self, launcher=fill(self.launcher), workers=fill(self.workers), unit=fill(self.unit)
+        )
+
+    def launcher_matches(self, command: str) -> bool:
+        return bool(self.launcher) and re.search(self.launcher, command) is not None
+
+    def worker_matches(self, command: str) -> bool:
+        return bool(self.workers) and re.search(self.workers, command) is not None
+
+    def unit_matches(self, unit: str) -> bool:
+        return bool(self.unit) and bool(unit) and re.search(self.unit, unit) is not None
+
+    def port_of(self, command: str) -> int | None:
+        flag = _PORT_FLAG.search(command)
+        if flag is not None and 0 < int(flag["port"]) < 65536:
+            return int(flag["port"])
+        for pattern, port in self.ports:
+            if re.search(pattern, command):
+                return port
+        return None
+
+
 BLAST_RADIUS = ("none", "process", "files", "service", "gpu", "node")
 
 
@@ -186,6 +237,7 @@ class Runbook:
     path: str = ""
     sha256: str = ""
     warnings: tuple[str, ...] = ()  # FILE:LINE:COL: lines validate prints (blast radius)
+    subject: Subject | None = None  # what its destructive steps may act on (plan/ownership.py)
 
     @property
     def destructive(self) -> bool:
@@ -402,4 +454,20 @@ def _build(data: dict[str, Any]) -> Runbook:
         checks=checks,
         goal=goal,
         steps=steps,
+        subject=_subject(data.get("subject")),
+    )
+
+
+def _subject(spec: Mapping[str, Any] | None) -> Subject | None:
+    if not spec:
+        return None
+    health = spec.get("health") or {}
+    return Subject(
+        description=" ".join(spec["description"].split()),
+        launcher=spec.get("launcher", ""),
+        workers=spec.get("workers", ""),
+        unit=spec.get("unit", ""),
+        health_path=health.get("path", ""),
+        ports=tuple((pattern, int(port)) for pattern, port in (health.get("ports") or {}).items()),
+        health_timeout_s=float(health.get("timeout", 5.0)),
     )

@@ -39,8 +39,9 @@ from runbook_runner.format import expr
 from runbook_runner.format.template import Template
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import Unavailable
-from runbook_runner.runbook import Expression, Runbook, Seconds, Step
+from runbook_runner.observe.state import ProcessOwner, Unavailable
+from runbook_runner.plan import ownership
+from runbook_runner.runbook import Expression, Runbook, Seconds, Step, Subject
 from runbook_runner.ssh.batch import BatchCommand
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
@@ -84,6 +85,7 @@ class Runner:
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], float] = time.time,
         changed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        allow_node_wide: bool = False,
     ) -> None:
         self.runbook = runbook
         self.params = dict(params)
@@ -94,6 +96,13 @@ class Runner:
         self.sleep = sleep
         self.wall_clock = wall_clock
         self._last_state: dict[str, Any] = {}
+        self.allow_node_wide = allow_node_wide
+        self.subject = (
+            runbook.subject.with_parameters(self.params) if runbook.subject is not None else None
+        )
+        # The latest verdict on who owns what (plan/ownership.py): a destructive step acts
+        # only on what it says is the subject's and broken.
+        self.owners: tuple[ProcessOwner, ...] | None = None
         # What this run's steps acted on (a resumed run starts from its journal's record).
         self.changed: dict[str, list[Mapping[str, Any]]] = {
             step: list(items) for step, items in (changed or {}).items()
@@ -197,9 +206,38 @@ class Runner:
             reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
             return Unavailable(reason)
         try:
-            return parser.parse(result.stdout, status, command)
+            value = parser.parse(result.stdout, status, command)
         except ParseError as error:
             return Unavailable(str(error), getattr(error, "condition", "unparsable"))
+        if observation.parser == "process-owners" and self.subject is not None:
+            value = self._classify(self.subject, value)
+        return value
+
+    def _classify(
+        self, subject: Subject, records: tuple[ProcessOwner, ...]
+    ) -> tuple[ProcessOwner, ...]:
+        """Who owns each process, and whether the subject's instances are broken: their
+        health is asked on the host, one request per live instance."""
+        results = []
+        for probe in ownership.probes(subject, records):
+            try:
+                answer = self.transport.run(
+                    OBSERVE_IN_C_LOCALE + probe.command, subject.health_timeout_s + 10.0
+                )
+            except ConnectionLost:
+                results.append(
+                    ownership.ProbeResult(
+                        probe.instance,
+                        ownership.Health.CANNOT_TELL,
+                        "the connection dropped while asking",
+                    )
+                )
+                continue
+            status = None if answer.timed_out else answer.exit_status
+            results.append(ownership.judge_probe(probe, status, answer.stdout, answer.stderr))
+        classified = ownership.classify(subject, records, results)
+        self.owners = classified
+        return classified
 
     def observations_for(self, check_names: Iterable[str]) -> list[str]:
         return self.runbook.observations_of(check_names)
@@ -325,10 +363,18 @@ class Runner:
         started, t0 = self.wall_clock(), self.clock()
 
         acted: tuple[dict[str, Any], ...] = ()
+        left_alone: tuple[str, ...] = ()
 
         def record(status: str, message: str = "", **extra: Any) -> StepRecord:
             done = StepRecord(
-                step.id, status, started, self.clock() - t0, message=message, acted=acted, **extra
+                step.id,
+                status,
+                started,
+                self.clock() - t0,
+                message=message,
+                acted=acted,
+                left_alone=left_alone,
+                **extra,
             )
             if done.sent and acted:
                 self.changed.setdefault(step.id, []).extend(acted)
@@ -342,6 +388,14 @@ class Runner:
                 skipped_because_holds=trigger.skipped_because_holds,
             )
         items: list[Any] = list(trigger) or [None]
+        if step.destructive and self.subject is not None:
+            permission = self._permission(step, items)
+            if permission.blocked:
+                return record("blocked", "blocked: " + "; ".join(permission.blocked))
+            left_alone = permission.left_alone
+            if not permission.allowed:
+                return record("skipped", "left alone: " + "; ".join(left_alone))
+            items = list(permission.allowed)
         targets = tuple(_target(item) for item in items if item is not None)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
         # Items that give the same command (one PID holding two GPUs) send it once.
@@ -408,6 +462,20 @@ class Runner:
             commands=commands,
             results=tuple(results),
             targets=targets,
+        )
+
+    def _permission(self, step: Step, items: list[Any]) -> ownership.Permission:
+        """Ownership's last word on a destructive step's items, from a fresh look."""
+        subject = self.subject
+        assert subject is not None
+        names = [n for n, o in self.runbook.observations.items() if o.parser == "process-owners"]
+        state = self.observe(names)
+        if any(isinstance(state[n], Unavailable) for n in names):
+            reason = next(state[n].reason for n in names if isinstance(state[n], Unavailable))
+            return ownership.Permission((), (), (f"cannot tell who owns what: {reason}",))
+        owners = self.owners or ()
+        return ownership.permitted(
+            subject, step.affects, items, owners, allow_node_wide=self.allow_node_wide
         )
 
     # -- deciding whether a step runs ---------------------------------------------------------

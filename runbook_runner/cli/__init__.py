@@ -222,6 +222,12 @@ def _add_consent_options(sub: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let a step that reboots the host run (it is asked for even with --yes otherwise)",
     )
+    sub.add_argument(
+        "--allow-node-wide",
+        action="store_true",
+        help="let a node-wide step (driver reload, reboot) run while processes that are not "
+        "the subject's use the node (it stops and names them otherwise, exit 6)",
+    )
 
 
 SCENARIO_NAMES = "{scenarios}"
@@ -421,6 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test.add_argument(
         "--allow-reboot", action="store_true", help="let a step that reboots the simulated host run"
+    )
+    test.add_argument(
+        "--allow-node-wide",
+        action="store_true",
+        help="let a node-wide step run while processes that are not the subject's use the node",
     )
     _add_value_options(test)
     return parser

@@ -80,6 +80,10 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
         def judge(report: RunReport, code: int) -> drills.Judgement:
             said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
+            # A run that ends with the goal not reached says what a human must do: its hints.
+            said += "".join(
+                f" {r.message} {report.runbook.checks[r.name].hint}" for r in report.failing
+            )
             return drills.judge(
                 scenario,
                 drill.host.host.actions,

@@ -216,7 +216,7 @@ def _check_one(
     record: dict[str, Any] = {"ok": not failing}
     if want_record:
         record["state"] = render.state_json(runbook, observed.state)
-        record["checks"] = [r.to_json() for r in observed.results]
+        record["checks"] = [cli_host.check_json(r, runbook) for r in observed.results]
     if failing:
         return HostOutcome(
             host.name,
@@ -498,7 +498,14 @@ def _run_one(
                 recorder.confirmation(request, answer, getpass.getuser() + how)
                 return answer
 
-            runner = Runner(runbook, params, transport, on_event=on_event, confirm=confirm)
+            runner = Runner(
+                runbook,
+                params,
+                transport,
+                on_event=on_event,
+                confirm=confirm,
+                allow_node_wide=getattr(args, "allow_node_wide", False),
+            )
             lock = None
             if runbook.destructive and not args.dry_run:
                 lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
@@ -561,7 +568,9 @@ def _run_one(
         "ok": report.ok,
         "reached_by": report.reached_by,
         "journal": journal_path,
-        "checks": [r.to_json() for r in report.after.results] if report.after else [],
+        "checks": [cli_host.check_json(r, report.runbook) for r in report.after.results]
+        if report.after
+        else [],
         "steps": [r.to_json() for r in report.steps],
     }
     elapsed = time.monotonic() - started

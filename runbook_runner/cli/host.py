@@ -40,6 +40,7 @@ from runbook_runner.ssh.hostlock import HostLock
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.cli.drill import DrillHooks
     from runbook_runner.events import Event, RunReport
+    from runbook_runner.expect import CheckResult
     from runbook_runner.transport import SshTransport
 
 
@@ -73,6 +74,15 @@ def _secret_free(runbook: Runbook, params: dict[str, Any]) -> dict[str, Any]:
     return {k: ("***" if runbook.parameters[k].secret else v) for k, v in params.items()}
 
 
+def check_json(result: CheckResult, runbook: Runbook) -> dict[str, Any]:
+    """A check's verdict for --json; a failing one carries its hint (what a human does)."""
+    document = result.to_json()
+    check = runbook.checks.get(result.name)
+    if not result.ok and check is not None and check.hint:
+        document["hint"] = check.hint
+    return document
+
+
 def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
     user = transport.login_user or "?"
     return f"{transport.target.label} as {user}"
@@ -101,7 +111,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "ok": ok,
             "parameters": _secret_free(runbook, params),
             "state": render.state_json(runbook, observed.state),
-            "checks": [r.to_json() for r in observed.results],
+            "checks": [check_json(r, runbook) for r in observed.results],
         }
         print(json.dumps(document, indent=2))
     if ok:
@@ -161,6 +171,7 @@ def execute_run(
             clock=clock,
             sleep=sleep,
             changed=resume[1].changed if resume is not None else None,
+            allow_node_wide=getattr(args, "allow_node_wide", False),
         )
         lock = None
         report: RunReport | None = None
@@ -225,7 +236,7 @@ def execute_run(
             "reached_by": report.reached_by,
             "parameters": _secret_free(runbook, params),
             "state": render.state_json(runbook, after.state) if after else None,
-            "checks": [r.to_json() for r in after.results] if after else [],
+            "checks": [check_json(r, runbook) for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
         }
         if drill is not None:

@@ -16,7 +16,7 @@ from runbook_runner.format.suggest import suggest as _suggest
 from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Mark, Path, Problem, Source
 from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import field_names, has_field
+from runbook_runner.observe.state import field_names, has_field, open_type
 
 # Commands whose reach is wider than a process: (pattern, the least 'affects' they need, why).
 _WIDE_COMMANDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
@@ -165,7 +165,39 @@ class _Semantics:
                 self.check(check_name, spec)
         self.check_list(("goal",), self.data.get("goal"))
         self.steps()
+        self.subject()
         return self.found
+
+    def subject(self) -> None:
+        """A subject's patterns compile, and some observation lists the process owners."""
+        spec = _mapping(self.data.get("subject"))
+        if not spec:
+            return
+        for key in ("launcher", "workers", "unit"):
+            text = spec.get(key)
+            if not isinstance(text, str):
+                continue
+            names = re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", text)
+            for name in names:
+                if name not in self.parameters:
+                    self.error(("subject", key), f"{{{{ {name} }}}} is not a parameter")
+            problem = None if names else expr.pattern_problem(text)
+            if problem:
+                self.error(("subject", key), problem)
+        health = _mapping(spec.get("health"))
+        for pattern in _mapping(health.get("ports")):
+            problem = expr.pattern_problem(pattern)
+            if problem:
+                self.error(("subject", "health", "ports", pattern), problem)
+        if not any(
+            isinstance(o, dict) and o.get("parser") == "process-owners"
+            for o in self.observations.values()
+        ):
+            self.error(
+                ("subject",),
+                "a subject needs an observation with 'parser: process-owners' (the processes "
+                "and who owns them); 'runbook show --parsers' shows its command",
+            )
 
     # -- parameters ---------------------------------------------------------
 
@@ -271,6 +303,11 @@ class _Semantics:
     def _shared_field(self, path: Path, match: Any, item_type: type, over: str) -> None:
         other_type = PARSERS[self.observations[over]["parser"]].record_type
         shared = sorted(set(field_names(item_type)) & set(field_names(other_type)))
+        # An open record (a table's header names its fields) may have any field.
+        if open_type(item_type) is not None and match in field_names(other_type):
+            return
+        if open_type(other_type) is not None and match in field_names(item_type):
+            return
         if isinstance(match, str) and match not in shared:
             self.error(
                 (*path, "match"),

@@ -18,6 +18,7 @@ from runbook_runner.observe import (
     number,
     nvidia_smi,
     nvidia_smi_q,
+    proctree,
     ps,
     sglang,
     shm,
@@ -36,6 +37,7 @@ from runbook_runner.observe.state import (
     MemInfo,
     Memory,
     Number,
+    ProcessOwner,
     ShmSegment,
     TableRow,
     TextLine,
@@ -78,6 +80,10 @@ def _free(text: str, status: int, command: str) -> Any:
 
 def _processes(text: str, status: int, command: str) -> Any:
     return ps.parse_ps(text)
+
+
+def _owners(text: str, status: int, command: str) -> Any:
+    return proctree.parse_owners(text)
 
 
 def _launch(text: str, status: int, command: str) -> Any:
@@ -149,6 +155,14 @@ PARSERS: dict[str, Parser] = {
         Memory, False, _free, "free (procps-ng, procps, BusyBox), any unit flag", "free"
     ),
     "processes": Parser(HostProcess, True, _processes, "ps -eo pid,stat,args", "ps"),
+    "process-owners": Parser(
+        ProcessOwner,
+        True,
+        _owners,
+        "ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser'; "
+        "fuser -v /dev/nvidia* 2>&1; echo '@@ end' (classified by the runbook's subject)",
+        "ps and fuser",
+    ),
     "lines": Parser(TextLine, True, _lines, "one item per non-empty line", "the command"),
     "sglang-launch": Parser(
         LaunchConfig, False, _launch, "an sglang.launch_server command line", "the launch command"

@@ -296,6 +296,58 @@ class DeviceHolder:
 
 
 @dataclass(frozen=True)
+class ProcessOwner:
+    """One process (and one GPU it holds, if any) with what says who it belongs to.
+
+    The parser fills the facts (tree, cgroup, device files); plan/ownership.py, given the
+    runbook's subject, fills the verdict: ``owner`` ('ours', 'orphaned-ours',
+    'another-owner', 'infrastructure', 'unknown') with its ``evidence``, the subject
+    instance it belongs to, that instance's ``health``, and the ``disposition``: 'act'
+    (ours and broken), 'leave' (with ``reason``) or 'cannot-tell'.
+    """
+
+    pid: int | None = _f("pid")
+    ppid: int | None = _f("parent pid")
+    pgid: int | None = _f("process group")
+    sid: int | None = _f("session")
+    user: str | None = _f("user")
+    age_s: int | None = _f("age", "s")
+    stat: str | None = _f("stat")
+    state: str | None = _f("state")
+    cgroup: str | None = _f("cgroup")
+    owner_kind: str | None = _f("owner kind")  # unit, container, slurm-job, session, ''
+    owner_name: str | None = _f("owner name")
+    unit: str | None = _f("unit")
+    command: str | None = _f("command")
+    device: str | None = _f("device")
+    minor_number: int | None = _f("minor number")
+    node_wide: bool | None = _f("node-wide device")
+    holds_gpu: bool | None = _f("holds a GPU")
+    in_ps: bool | None = _f("listed by ps")
+    owner: str | None = _f("owner")
+    evidence: str | None = _f("evidence")
+    subject: bool | None = _f("the subject's")
+    instance: int | None = _f("instance")
+    port: int | None = _f("port")
+    health: str | None = _f("health")
+    disposition: str | None = _f("disposition")
+    reason: str | None = _f("reason")
+    healthy_servers: int | None = _f("healthy servers on the host")
+
+    def describe(self) -> str:
+        on = f" on {self.device}" if self.device else ""
+        return (
+            f"process {self.pid} ({(self.command or '?')[:60]}){on}: {self.owner or 'unclassified'}"
+        )
+
+    def target(self) -> str:
+        why = f"; {self.evidence}" if self.evidence else ""
+        return (
+            f"PID {self.pid} ({(self.command or '?')[:60]}, {self.user or '?'}): {self.owner}{why}"
+        )
+
+
+@dataclass(frozen=True)
 class XidEvent:
     """One ``NVRM: Xid (PCI:...): CODE, ...`` kernel message, with the catalog's action."""
 
@@ -305,6 +357,7 @@ class XidEvent:
     message: str | None = _f("message")
     action: str | None = _f("action")  # RESTART_APP, RESET_GPU, RESTART_BM, ... or LOOK_IT_UP
     meaning: str | None = _f("meaning")
+    memory_errors: int | None = _f("memory-error Xids of its GPU")  # 48, 63, 64, 94, 95
 
     def describe(self) -> str:
         return f"Xid {self.code} on {self.pci} ({self.action}: {self.meaning})"

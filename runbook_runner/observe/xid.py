@@ -15,6 +15,7 @@ the catalog, never guess.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from runbook_runner.observe.state import XidEvent
@@ -76,6 +77,11 @@ _XID = re.compile(
 _RECOVERY = re.compile(r"recovery action changed from .* to (?:0x[0-9A-Fa-f]+ )?\((?P<to>[^)]*)\)")
 
 
+# Memory errors of the GPU's own DRAM: double-bit ECC (48), row remapping (63, 64),
+# contained and uncontained errors (94, 95).
+MEMORY_ERROR_XIDS = frozenset({48, 63, 64, 94, 95})
+
+
 def _action(code: int, text: str) -> tuple[str, str]:
     if code == RECOVERY_ACTION_CHANGED:
         found = _RECOVERY.search(text)
@@ -105,4 +111,12 @@ def parse_xid(text: str) -> tuple[XidEvent, ...]:
                 meaning=meaning,
             )
         )
-    return tuple(events)
+    # A GPU whose memory errors recur is drained, not put back (NVIDIA's DBE workflow and
+    # row-remapping guidance): each event says how many such events its GPU logged.
+    counts: dict[str | None, int] = {}
+    for event in events:
+        if event.code in MEMORY_ERROR_XIDS:
+            counts[event.pci] = counts.get(event.pci, 0) + 1
+    return tuple(
+        dataclasses.replace(event, memory_errors=counts.get(event.pci, 0)) for event in events
+    )

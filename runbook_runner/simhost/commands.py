@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import SHM_DIR, SimHost, SimProcess
+from runbook_runner.simhost.model import DAEMON_PID, SHM_DIR, SimHost, SimProcess
 
 
 class ProcessTable(Protocol):
@@ -36,6 +36,9 @@ class Env:
     stderr: list[str] = field(default_factory=list)
     on_reboot: Callable[[], None] = lambda: None
     user: str = field(default_factory=lambda: os.environ.get("USER", "root"))
+    # The GPU services' processes exist only in the drill's process table; the tests'
+    # stand-ins run beside real processes, where their simulated PIDs would be someone's.
+    daemons_hold_devices: bool = True
 
     def out(self, text: str) -> None:
         self.stdout.append(text)
@@ -278,29 +281,31 @@ def fuser(env: Env, args: list[str]) -> int:
         return _fuser_shm(env, args, shm_named)
     files = _device_files(host, args)
     minors = {f"/dev/nvidia{g.minor_number}": str(g.index) for g in host.gpus}
-    table: list[tuple[str, SimProcess | None, str]] = []  # (file, process, service name)
+    # (file, process, daemon): a running GPU service keeps every /dev/nvidia* file open
+    table: list[tuple[str, SimProcess | None, tuple[int, str, str, str] | None]] = []
+    daemons = host.daemons() if env.daemons_hold_devices else []
     for file in files:
         if file in minors:
-            table += [(file, p, "") for p in host.processes if minors[file] in p.gpu_mib]
+            table += [(file, p, None) for p in host.processes if minors[file] in p.gpu_mib]
         else:
-            table += [(file, p, "") for p in host.processes if p.gpu_mib]
-            if file == "/dev/nvidiactl":
-                table += [(file, None, s.name) for s in host.services if s.active and s.holds_gpus]
+            table += [(file, p, None) for p in host.processes if p.gpu_mib]
+        if file in minors or file == "/dev/nvidiactl":
+            table += [(file, None, daemon) for daemon in daemons]
     if not table:
         return 1
     if "-v" in args:
         env.err("                     USER        PID ACCESS COMMAND\n")
         shown = ""
-        services = [s.name for s in host.services]
-        for file, process, service in table:
+        for file, process, daemon in table:
             label = f"{file}:" if file != shown else ""
             shown = file
             if process is not None:
                 name = env.procs.cmdline(process.pid).split(" ")[0].rsplit("/", 1)[-1][:15]
                 env.err(f"{label:<20} {env.user:<8} {process.pid:>6} F...m {name}\n")
-            else:
-                pid = 9001 + services.index(service)
-                env.err(f"{label:<20} root     {pid:>6} F.... {service[:15]}\n")
+            elif daemon is not None:
+                pid, command, user, _ = daemon
+                name = command.split(" ")[0].rsplit("/", 1)[-1][:15]
+                env.err(f"{label:<20} {user[:8]:<8} {pid:>6} F.... {name}\n")
     elif "-s" not in args:
         pids = dict.fromkeys(p.pid for _, p, _ in table if p is not None)
         env.out(" ".join(str(pid) for pid in pids) + "\n")
@@ -309,10 +314,9 @@ def fuser(env: Env, args: list[str]) -> int:
         _send(
             env, processes, _signal_of([a for a in args if a not in {"-k", "-v"}], signal.SIGKILL)
         )
-        for _, _, unit in table:
-            held_by = host.service(unit) if unit else None
-            if held_by is not None:
-                held_by.active = False  # fuser -k takes the persistence daemon down too
+        for _, _, daemon in table:
+            if daemon is not None:  # fuser -k takes the persistence daemon down too
+                host.services[daemon[0] - DAEMON_PID].active = False
     return 0
 
 
@@ -422,7 +426,7 @@ def systemctl_show(env: Env, args: list[str]) -> int:
             "SubState": "running" if active else "dead",
             "UnitFileState": ("enabled" if service.enabled else "disabled") if service else "",
             "Result": "success",
-            "MainPID": str(9000 + env.host.services.index(service) + 1)
+            "MainPID": str(DAEMON_PID + env.host.services.index(service))
             if active and service
             else "0",
             "NRestarts": "0",
@@ -544,6 +548,42 @@ def reboot(env: Env, args: list[str]) -> int:
     return 0
 
 
+def curl(env: Env, args: list[str]) -> int:
+    """curl [-sS] [-o FILE] [-w '%{http_code}'] [--max-time S] http://127.0.0.1:PORT/PATH:
+    a server's health endpoint, as the process that listens on PORT answers it."""
+    url = next((a for a in args if a.startswith("http://")), None)
+    match = re.match(r"http://(?:127\.0\.0\.1|localhost)(?::(\d+))?(/.*)?$", url or "")
+    if match is None:
+        env.err(f"curl: (6) Could not resolve host in {url!r}\n")
+        return 6
+    port = int(match[1] or 80)
+    write = option(args, "-w", "--write-out") or ""
+    host = env.host
+    listening = [
+        p
+        for p in host.processes
+        if p.listens == port and env.procs.alive(p.pid) and host.now >= p.starts_at
+    ]
+    if not listening:
+        env.err(
+            f"curl: (7) Failed to connect to 127.0.0.1 port {port} after 0 ms: "
+            "Couldn't connect to server\n"
+        )
+        return 7
+    server = listening[0]
+    if server.health == "hung" or server.exits_at is not None or server.stuck:
+        seconds = option(args, "--max-time", "-m") or "5"
+        env.err(
+            f"curl: (28) Operation timed out after {float(seconds) * 1000:.0f} milliseconds "
+            "with 0 bytes received\n"
+        )
+        return 28
+    code = "200" if server.health == "ok" else "503"
+    body = "" if "-o" in args else ("OK" if code == "200" else "unhealthy")
+    env.out(body + write.replace("%{http_code}", code))
+    return 0
+
+
 def record_only(env: Env, args: list[str]) -> int:
     return 0
 
@@ -564,4 +604,5 @@ COMMANDS: dict[str, Command] = {
     "shutdown": record_only,
     "stat": stat_,
     "date": date,
+    "curl": curl,
 }

@@ -66,6 +66,43 @@ class SimProcess:
     hidden: bool = False  # in another PID namespace (a container): not in ps or nvidia-smi's list
     starts_at: float = 0.0  # loading: holds no GPU or pinned memory before this simulated time
     unit: str = ""  # the systemd unit that started it
+    ppid: int = 1  # its parent (1: started by systemd, or reparented after its parent died)
+    cgroup: str = ""  # /proc/PID/cgroup's path; "" derives it from the unit or the user
+    listens: int | None = None  # the TCP port its HTTP server listens on (its health endpoint)
+    health: str = "ok"  # what that endpoint does: ok (200), error (503), hung (no answer)
+    born: float = -3600.0  # simulated time it was started (ps etimes)
+
+    def cgroup_path(self) -> str:
+        if self.cgroup:
+            return self.cgroup
+        if self.unit:
+            return f"/system.slice/{self.unit.removesuffix('.service')}.service"
+        return f"/user.slice/user-{uid_of(self.user)}.slice/session-4.scope"
+
+
+def uid_of(user: str) -> int:
+    """A user's uid on the simulated host (root 0; others stable, from the name)."""
+    if user == "root":
+        return 0
+    if user.isdigit():
+        return int(user)
+    return 1000 + sum(map(ord, user)) % 1000
+
+
+DAEMON_PID = 9001  # the first GPU service's main PID (fuser and ps agree on it)
+DAEMON_COMMANDS = {
+    "nvidia-persistenced": (
+        "/usr/bin/nvidia-persistenced --user nvidia-persistenced",
+        "nvidia-persistenced",
+    ),
+    "nvidia-dcgm": ("/usr/bin/nv-hostengine -n --service-account nvidia-dcgm", "nvidia-dcgm"),
+    "dcgm": ("/usr/bin/nv-hostengine -n", "root"),
+    "dcgm-exporter": ("/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv", "root"),
+    "nvidia-fabricmanager": (
+        "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
+        "root",
+    ),
+}
 
 
 @dataclass
@@ -258,6 +295,18 @@ class SimHost:
         ]
         return max(mounts, key=lambda f: len(f.mounted_on), default=None)
 
+    def daemons(self) -> list[tuple[int, str, str, str]]:
+        """The running GPU services' main processes: (pid, command line, user, cgroup)."""
+        found = []
+        for number, service in enumerate(self.services):
+            if service.active and service.holds_gpus:
+                command, user = DAEMON_COMMANDS.get(
+                    service.name, (f"/usr/bin/{service.name}", "root")
+                )
+                cgroup = f"/system.slice/{service.name}.service"
+                found.append((DAEMON_PID + number, command, user, cgroup))
+        return found
+
     def service(self, name: str) -> SimService | None:
         for service in self.services:
             if service.name == name or service.name == name.removesuffix(".service"):
@@ -268,9 +317,14 @@ class SimHost:
         """Start a unit's processes (a server loads for ``startup_s`` before it holds memory)."""
         service.active = True
         service.died_at = None
+        main_pid: int | None = None
         for spec in service.runs:
             self.next_pid += 1
             fields = dict(spec, pid=self.next_pid, unit=service.name)
+            fields.setdefault("born", self.now)
+            if main_pid is not None:
+                fields.setdefault("ppid", main_pid)  # the unit's main process started it
+            main_pid = main_pid or self.next_pid
             if loading:
                 fields["starts_at"] = self.now + service.startup_s
             self.processes.append(SimProcess(**fields))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from runbook_runner.simhost.model import (
     GIB,
@@ -67,14 +68,21 @@ def _server(
     teardown_s: float = 20.0,
     ranks: tuple[int, ...] = tuple(range(8)),
     launcher: bool = True,
+    health: str = "ok",
     **flags: object,
 ) -> list[SimProcess]:
-    """SGLang at TP 8: the launcher and one scheduler per GPU, each pinning its host pool."""
-    processes = [SimProcess(pid=4101, cmdline=LAUNCH, teardown_s=1.0)] if launcher else []
+    """SGLang at TP 8: the launcher (serving /health on port 30000) and one scheduler per
+    GPU, each pinning its host pool; without the launcher, its orphans (parent PID 1)."""
+    processes = (
+        [SimProcess(pid=4101, cmdline=LAUNCH, teardown_s=1.0, listens=30000, health=health)]
+        if launcher
+        else []
+    )
     for rank in ranks:
         processes.append(
             SimProcess(
                 pid=4120 + rank,
+                ppid=4101 if launcher else 1,
                 cmdline=f"sglang::scheduler_TP{rank}",
                 gpu_mib={str(rank): 96_410 if rank in orphaned else 90_112},
                 host_bytes=38 * GIB,
@@ -118,13 +126,103 @@ def slow_teardown() -> SimHost:
 
 
 def wedged_server() -> SimHost:
+    """The server runs and holds every GPU; its /health never answers."""
+    host = eight_gpu_server()
+    host.processes = _server(teardown_s=15.0, health="hung")
+    return host
+
+
+def healthy_server() -> SimHost:
+    """The server runs, holds every GPU and answers /health: nothing is wrong with it."""
     host = eight_gpu_server()
     host.processes = _server(teardown_s=15.0)
     return host
 
 
+def _unit_server(name: str, gpus: range, port: int, health: str) -> SimService:
+    spec: list[dict[str, Any]] = [
+        {
+            "cmdline": f"{LAUNCH.replace('--tp-size 8', '--tp-size 4')} --port {port}",
+            "teardown_s": 1.0,
+            "listens": port,
+            "health": health,
+        }
+    ]
+    spec += [
+        {
+            "cmdline": f"sglang::scheduler_TP{rank}",
+            "gpu_mib": {str(gpu): 90_112},
+            "host_bytes": 38 * GIB,
+            "teardown_s": 10.0,
+        }
+        for rank, gpu in enumerate(gpus)
+    ]
+    return SimService(name, holds_gpus=False, runs=spec)
+
+
+def two_servers_one_broken() -> SimHost:
+    """Two TP4 servers of ours, each under its own unit: sglang-a (GPUs 0-3) hangs, sglang-b
+    (GPUs 4-7) serves."""
+    host = eight_gpu_server()
+    host.now = START
+    for unit in (
+        _unit_server("sglang-a", range(0, 4), 30000, "hung"),
+        _unit_server("sglang-b", range(4, 8), 30001, "ok"),
+    ):
+        host.services.append(unit)
+        host.start_service(unit, loading=False)
+    host.actions.clear()
+    return host
+
+
+def orphans_after_slurm_job() -> SimHost:
+    """A Slurm job's launcher died; its four schedulers live on, reparented to PID 1, in the
+    job's cgroup, holding GPUs 0-3."""
+    host = eight_gpu_server()
+    host.processes = _server(ranks=(0, 1, 2, 3), launcher=False, teardown_s=10.0, user="alice")
+    for process in host.processes:
+        process.cgroup = (
+            f"/system.slice/slurmstepd.scope/job_4242/step_0/user/task_{process.pid % 4}"
+        )
+    return host
+
+
+def daemons_hold_every_gpu() -> SimHost:
+    """The incident's GPUs 0 and 2, on a node whose persistence daemon, DCGM host engine and
+    exporter keep every /dev/nvidiaN open (as they do on a real node)."""
+    host = oom_crash()
+    host.services += [SimService("nvidia-dcgm"), SimService("dcgm-exporter")]
+    return host
+
+
+def ecc_recurring() -> SimHost:
+    """The server died; GPU 4's memory errors recur (row remapping, contained errors)."""
+    host = eight_gpu_server()
+    pci = "0000:58:00"
+    host.kernel_messages = [
+        f"[Mon Nov 30 13:58:02 2026] NVRM: Xid (PCI:{pci}): 63, pid=4124, "
+        "Row Remapper: New row marked for remapping, reset gpu to activate.",
+        f"[Mon Nov 30 14:01:47 2026] NVRM: Xid (PCI:{pci}): 94, pid=4124, "
+        "Contained: SM (0x1). RST: No, D-RST: No",
+        f"[Mon Nov 30 14:02:09 2026] NVRM: Xid (PCI:{pci}): 94, pid=4124, "
+        "Contained: SM (0x1). RST: No, D-RST: No",
+    ]
+    return host
+
+
+def nvlink_fault() -> SimHost:
+    """The server died in a collective; the driver logged an NVLink error on GPU 1."""
+    host = eight_gpu_server()
+    host.kernel_messages = [
+        "[Mon Nov 30 14:02:10 2026] NVRM: Xid (PCI:0000:28:00): 74, pid=4121, "
+        "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    ]
+    return host
+
+
 def pattern_mismatch() -> SimHost:
-    """A vLLM server whose API process died; its eight workers still hold the GPUs."""
+    """A vLLM server whose API process died; its eight workers still hold the GPUs,
+    reparented to PID 1."""
     host = eight_gpu_server()
     host.processes = [
         SimProcess(
@@ -141,6 +239,8 @@ def pattern_mismatch() -> SimHost:
 
 
 def other_team_on_gpu5() -> SimHost:
+    """Our TP4 server crashed on GPUs 0-3 (memory held, no process left); alice trains on
+    GPU 5 from her own login session."""
     host = eight_gpu_server()
     for index in range(4):
         host.gpu(index).orphaned_mib = 91_000
@@ -177,7 +277,9 @@ def daemon_holds_gpu() -> SimHost:
 
 def supervisor_restarts_server() -> SimHost:
     host = eight_gpu_server()
-    spec = [{"cmdline": LAUNCH, "teardown_s": 1.0}] + [
+    spec: list[dict[str, Any]] = [
+        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "hung"}
+    ] + [
         {
             "cmdline": f"sglang::scheduler_TP{rank}",
             "gpu_mib": {str(rank): 90_112},
@@ -198,9 +300,10 @@ def supervisor_restarts_server() -> SimHost:
 
 
 def nccl_rank_died() -> SimHost:
-    """Rank 3 died; the launcher and seven ranks spin in an NCCL collective that never ends."""
+    """Rank 3 died; the launcher and seven ranks spin in an NCCL collective that never ends
+    (its /health hangs)."""
     host = eight_gpu_server()
-    host.processes = _server(ranks=(0, 1, 2, 4, 5, 6, 7), ignores_term=True)
+    host.processes = _server(ranks=(0, 1, 2, 4, 5, 6, 7), ignores_term=True, health="hung")
     host.kernel_messages = [
         "[Mon Nov 30 14:02:11 2026] sglang::schedul[4123]: segfault at 0 ip 00007f3a1c2b4e10 "
         "sp 00007ffd5c1a2f70 error 4 in libc.so.6[7f3a1c200000+195000]",
@@ -286,16 +389,22 @@ def driver_not_loaded() -> SimHost:
 
 
 def container_holds_gpu2() -> SimHost:
+    """Our server in a Docker container on GPU 2: nvidia-smi lists no process for it, ps on
+    the host does (its cgroup names the container), and its /health hangs."""
     host = eight_gpu_server()
     host.processes = [
         SimProcess(
             pid=8812,
-            cmdline="python3 /app/serve.py",
+            ppid=8790,
+            cmdline="python3 -m sglang.launch_server --model-path /models/qwen3-32b --port 30000",
             gpu_mib={"2": 71_000},
             host_bytes=8 * GIB,
             teardown_s=5.0,
             hidden=True,
             user="1000",
+            listens=30000,
+            health="hung",
+            cgroup="/system.slice/docker-7d3f0a9c41be2e5f86a1c0d2b3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2.scope",
         )
     ]
     return host
@@ -333,8 +442,9 @@ MATRIX: tuple[Scenario, ...] = (
         "a server that is running but wedged stops on SIGTERM; SIGKILL is only for one that "
         "ignores it",
         wedged_server,
-        wrong="the SGLang server runs, holds every GPU, answers nothing",
-        expert="SIGTERM the server's processes, wait for them to exit; SIGKILL only if needed",
+        wrong="the SGLang server runs and holds every GPU; its /health never answers",
+        expert="its health check times out: it is broken; SIGTERM the server's processes, "
+        "wait for them to exit; SIGKILL only if needed",
         actions=_pids(4101, *RANKS),
         ideal_s=20,
         lesson="the gentlest signal first: a clean exit frees pinned and GPU memory itself",
@@ -342,28 +452,30 @@ MATRIX: tuple[Scenario, ...] = (
     ),
     Scenario(
         "pattern-mismatch",
-        "a vLLM server while the pattern names SGLang: the GPUs' own holders are the targets, "
-        "SIGTERM first",
+        "a vLLM server's API process died and its workers live on: orphans of a dead "
+        "server, SIGTERM first",
         pattern_mismatch,
-        wrong="vLLM workers hold all eight GPUs; server_pattern names SGLang and matches nothing",
-        expert="find the processes on the failing GPUs (fuser /dev/nvidiaN) and SIGTERM them",
+        wrong="vLLM's VLLM::Worker_TPn processes hold all eight GPUs, reparented to PID 1: "
+        "the API server that started them is gone",
+        expert="the workers' launcher is gone, so nothing serves: SIGTERM the eight workers",
         actions=_pids(*(6120 + rank for rank in range(8))),
         ideal_s=15,
-        lesson="find targets from the failing GPUs' device files, not from a name",
+        lesson="a worker whose launcher is gone is the remains of a dead server: end it",
         page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
     ),
     Scenario(
         "other-team-gpu5",
         "another team's job on GPU 5 while our server crashed on GPUs 0-3: recover 0-3, never "
-        "touch GPU 5",
+        "touch GPU 5 or its process",
         other_team_on_gpu5,
-        wrong="orphaned memory on GPUs 0-3; alice's training job runs on GPU 5",
-        expert="reset GPUs 0-3; leave GPU 5 and its process alone",
+        wrong="orphaned memory on GPUs 0-3; alice's training job runs on GPU 5 from her own "
+        "login session",
+        expert="reset GPUs 0-3; leave GPU 5 and its process alone (not the server's: its "
+        "cgroup is alice's session)",
         actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
         ideal_s=40,
-        lesson="scope the recovery to your server's GPUs (--set first_gpu/last_gpu)",
+        lesson="act only on what is the server's: the cgroup says whose a process is",
         page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
-        params=(("first_gpu", "0"), ("last_gpu", "3")),
     ),
     Scenario(
         "persistence-blocks-reset",
@@ -431,8 +543,9 @@ MATRIX: tuple[Scenario, ...] = (
         "only a reboot helps, and the runbook asks for --allow-reboot",
         stuck_d_state,
         wrong="scheduler 4123 is stuck in the driver (D state) holding GPU 3; no Xid logged",
-        expert="no kill helps: go to the reboot rung, which asks and needs --allow-reboot",
-        actions=(),
+        expert="send it one SIGKILL (queued for when the kernel lets go), then the reboot "
+        "rung, which asks and needs --allow-reboot; no reset or driver unload while it lives",
+        actions=("SIGKILL 4123",),
         ideal_s=45,
         lesson="D state + memory that does not move = stuck: only a reboot, and it is asked for",
         page="pitfalls/host-memory-after-kill.md#3-processes-in-d-state",
@@ -519,15 +632,102 @@ MATRIX: tuple[Scenario, ...] = (
     ),
     Scenario(
         "container-holds-gpu2",
-        "a container's process, invisible to ps, holds /dev/nvidia2: found through the device "
-        "file, scoped to GPU 2",
+        "our server in a container, which nvidia-smi does not list, hangs on GPU 2: the "
+        "device file and its cgroup find it",
         container_holds_gpu2,
-        wrong="GPU 2 holds 71,003 MiB; neither ps nor nvidia-smi lists a process for it",
-        expert="fuser -v /dev/nvidia2 finds PID 8812: SIGTERM it, nothing else",
+        wrong="GPU 2 holds 71,003 MiB and nvidia-smi lists no process; the server in Docker "
+        "container 7d3f0a9c41be does not answer /health",
+        expert="fuser -v /dev/nvidia2 finds PID 8812, ps shows it is the SGLang launcher in "
+        "that container and its health times out: SIGTERM it, nothing else",
         actions=("SIGTERM 8812",),
         ideal_s=10,
-        lesson="the device file knows every holder, whatever the PID namespace",
+        lesson="the device file knows every holder, whatever the PID namespace; the cgroup "
+        "says whose it is",
         page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+    ),
+    Scenario(
+        "healthy-server",
+        "the server holds every GPU and answers /health: it is not broken, and nothing is touched",
+        healthy_server,
+        wrong="nothing: the SGLang server runs on all eight GPUs and /health answers 200",
+        expert="ask its health first; it is healthy: leave it alone and say so",
+        actions=(),
+        ideal_s=5,
+        lesson="memory in use is not a fault: evidence of a broken server comes before any signal",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+    ),
+    Scenario(
+        "two-servers-one-broken",
+        "two servers of ours under their own units, one hung and one serving: stop the hung "
+        "one's unit only",
+        two_servers_one_broken,
+        wrong="sglang-a.service (GPUs 0-3) does not answer /health; sglang-b.service "
+        "(GPUs 4-7) serves",
+        expert="stop sglang-a at its supervisor, let its GPUs come back, start it again; "
+        "leave sglang-b and GPUs 4-7 alone",
+        actions=("stop sglang-a", "start sglang-a"),
+        ideal_s=25,
+        lesson="the subject is an instance, not a name: judge each server by its own health",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+    ),
+    Scenario(
+        "orphans-after-slurm-job",
+        "a Slurm job's launcher died and its schedulers live on under PID 1: the orphans of "
+        "a dead server are ended",
+        orphans_after_slurm_job,
+        wrong="four sglang::scheduler processes of job 4242 hold GPUs 0-3, reparented to "
+        "PID 1: their launcher is gone",
+        expert="SIGTERM the four orphaned schedulers; nothing else",
+        actions=_pids(4120, 4121, 4122, 4123),
+        ideal_s=20,
+        lesson="a worker whose launcher is gone serves nobody: it is the dead server's",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+    ),
+    Scenario(
+        "daemons-hold-every-gpu",
+        "nvidia-persistenced, the DCGM host engine and its exporter hold every /dev/nvidiaN: "
+        "GPU infrastructure is never signalled",
+        daemons_hold_every_gpu,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-persistenced, nv-hostengine and "
+        "dcgm-exporter keep every /dev/nvidia* open, as on any node",
+        expert="reset GPUs 0 and 2; never signal the GPU services (stop them as units only "
+        "if a reset needs it)",
+        actions=("reset GPU 0", "reset GPU 2"),
+        ideal_s=40,
+        lesson="a holder is not a culprit: the GPU services hold every device on every node",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+    ),
+    Scenario(
+        "ecc-recurring",
+        "GPU 4's memory errors recur (Xid 63, 94, 94): never reported as recovered, drained "
+        "instead",
+        ecc_recurring,
+        wrong="the server died; GPU 4 logged a row remapping and two contained memory errors "
+        "since boot",
+        expert="do not reset it and put it back: drain GPU 4 and follow NVIDIA's "
+        "row-remapping and ECC guidance",
+        actions=(),
+        ideal_s=5,
+        lesson="memory released is not a healthy GPU: recurring DRAM errors mean drain",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="drain",
+    ),
+    Scenario(
+        "nvlink-fault",
+        "an NVLink Xid (74) on GPU 1: the memory may look fine, the node is not",
+        nvlink_fault,
+        wrong="the server died in a collective; the driver logged Xid 74 (NVLink error) on GPU 1",
+        expert="keep the node out of service; read the NVLink state and the Fabric Manager "
+        "log; follow NVIDIA's NVLink workflow",
+        actions=(),
+        ideal_s=5,
+        lesson="an NVLink fault breaks every collective across it, whatever the memory shows",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="NVLink",
     ),
 )
 

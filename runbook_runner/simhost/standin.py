@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
         host.forget_dead(processes.alive)
         if name in host.missing_commands:  # as the shell answers for a command not installed
             return 127
-        env = Env(host, processes, on_reboot=_drop_own_session)
+        env = Env(host, processes, on_reboot=_drop_own_session, daemons_hold_devices=False)
         status = HANDLERS[name](env, args)
         host.save(state)
     sys.stdout.write("".join(env.stdout))

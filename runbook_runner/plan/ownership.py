@@ -1,0 +1,621 @@
+"""Ownership: which processes are the runbook's subject's, and which of them are broken.
+
+Kubernetes acts on an object only through the controller named in its owner reference;
+systemd knows a unit's processes by its cgroup, whatever they renamed themselves to;
+Slurm knows a job's by the job's cgroup. Here a process is classified from the same
+records, read from the host (``observe/proctree.py``):
+
+- **ours**: in a unit the subject names, or its command line is the subject's launcher
+  or worker, or it descends from such a process (workers that renamed themselves);
+- **orphaned ours**: a subject's worker whose launcher is gone (reparented to PID 1 or a
+  subreaper): the remains of a dead instance;
+- **infrastructure**: nvidia-persistenced, the DCGM host engine and exporter, Fabric
+  Manager, MPS (by unit and by executable): never signalled, stopped only as a unit;
+- **another owner's**: anything else whose cgroup names an owner (another unit, a
+  container, a Slurm job, another login session);
+- **unknown**: a holder nothing names an owner for (fuser lists it and ps does not, or
+  its cgroup says nothing).
+
+Each verdict carries its evidence. A subject's instance is *broken* on evidence only:
+its health endpoint fails or times out (probed on the port its own command line gives,
+else the kind's default), one of its processes is in D or Z state, or its launcher is
+gone. A healthy instance is left alone; one whose health cannot be told is not acted on.
+
+:func:`permitted` is the engine's last word before a destructive command: only *ours
+and broken* processes are signalled, no GPU that another owner (or a healthy server)
+uses is reset, and no node-wide rung runs while another owner is on the node, unless
+the operator gave the gate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.runbook import Subject
+
+
+class Owner(str, Enum):
+    def __str__(self) -> str:
+        return str(self.value)
+
+    OURS = "ours"
+    ORPHANED_OURS = "orphaned-ours"
+    ANOTHER_OWNER = "another-owner"
+    INFRASTRUCTURE = "infrastructure"
+    UNKNOWN = "unknown"
+
+
+class Disposition(str, Enum):
+    def __str__(self) -> str:
+        return str(self.value)
+
+    ACT = "act"  # ours and broken: the runbook may act on it
+    LEAVE = "leave"  # not ours, infrastructure, or a healthy server: left alone, said so
+    CANNOT_TELL = "cannot-tell"  # stops a step that would touch it
+
+
+class Health(str, Enum):
+    def __str__(self) -> str:
+        return str(self.value)
+
+    HEALTHY = "healthy"
+    FAILING = "failing"
+    CANNOT_TELL = "cannot-tell"
+    NOT_CHECKED = "not-checked"  # no launcher alive: nothing to ask
+
+
+OURS = frozenset({Owner.OURS, Owner.ORPHANED_OURS})
+
+# NVIDIA's GPU services keep /dev/nvidia* open on every node. NVIDIA's reset documentation
+# says to stop them (as services) before a reset, and start them again after.
+INFRASTRUCTURE_UNITS = frozenset(
+    {
+        "nvidia-persistenced.service",
+        "nvidia-dcgm.service",
+        "dcgm.service",
+        "dcgm-exporter.service",
+        "nvidia-dcgm-exporter.service",
+        "nvidia-fabricmanager.service",
+        "nvidia-mps.service",
+        "nvidia-gpu-exporter.service",
+    }
+)
+INFRASTRUCTURE_EXECUTABLES = frozenset(
+    {
+        "nvidia-persistenced",
+        "nv-hostengine",
+        "dcgm-exporter",
+        "nv-fabricmanager",
+        "nvidia-fabricmanager",
+        "nvidia-cuda-mps-control",
+        "nvidia-cuda-mps-server",
+        "nvidia_gpu_exporter",
+        "nvidia-smi",
+    }
+)
+STARTUP_GRACE_S = 900  # a launcher younger than this whose port is not open yet is starting
+_ANCESTRY_LIMIT = 64  # parent chains longer than this are cut (a loop in a hostile listing)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One health request to make on the host, for one live instance of the subject."""
+
+    instance: int
+    port: int
+    url: str
+    command: str
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    instance: int
+    health: Health
+    detail: str
+    refused: bool = False  # nothing listens on the port (a server may still be loading)
+
+
+def executable(command: str) -> str:
+    first = command.split(None, 1)[0] if command.strip() else ""
+    return first.rsplit("/", 1)[-1].rstrip(":")
+
+
+@dataclass
+class _Process:
+    facts: ProcessOwner
+    owner: Owner = Owner.UNKNOWN
+    evidence: str = ""
+    member: bool = False  # matches the subject itself (not only through an ancestor)
+    instance: int | None = None
+
+
+def _processes(records: Iterable[ProcessOwner]) -> dict[int, _Process]:
+    table: dict[int, _Process] = {}
+    for record in records:
+        if record.pid is not None and record.pid not in table:
+            table[record.pid] = _Process(record)
+    return table
+
+
+def _membership(subject: Subject, facts: ProcessOwner) -> str:
+    """Why a process is itself the subject's, or ''."""
+    command, unit = facts.command or "", facts.unit or ""
+    if subject.unit_matches(unit):
+        return f"in the subject's unit {unit} (its cgroup)"
+    if subject.launcher_matches(command):
+        return "the subject's launcher (command line)"
+    if subject.worker_matches(command):
+        return "a worker of the subject (command line)"
+    return ""
+
+
+def _ancestor(table: Mapping[int, _Process], pid: int) -> list[int]:
+    """The parent chain above ``pid`` (nearest first), as far as the listing shows it."""
+    chain: list[int] = []
+    seen = {pid}
+    current = table[pid].facts.ppid
+    while current is not None and current not in seen and current in table:
+        chain.append(current)
+        seen.add(current)
+        if len(chain) >= _ANCESTRY_LIMIT:
+            break
+        current = table[current].facts.ppid
+    return chain
+
+
+def _describe_owner(facts: ProcessOwner) -> str:
+    kind, name = facts.owner_kind or "", facts.owner_name or ""
+    if kind == "unit":
+        return f"unit {name}"
+    if kind == "container":
+        return f"container {name}"
+    if kind == "slurm-job":
+        return f"Slurm {name}"
+    if kind == "session":
+        return f"login {name}, user {facts.user}"
+    return ""
+
+
+def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
+    """Owner classes from the records alone (health comes later)."""
+    for process in table.values():
+        facts = process.facts
+        unit, command = facts.unit or "", facts.command or ""
+        why = _membership(subject, facts)
+        if why:
+            process.owner, process.evidence, process.member = Owner.OURS, why, True
+            continue
+        if unit in INFRASTRUCTURE_UNITS:
+            process.owner, process.evidence = Owner.INFRASTRUCTURE, f"GPU service unit {unit}"
+            continue
+        if executable(command) in INFRASTRUCTURE_EXECUTABLES:
+            process.owner = Owner.INFRASTRUCTURE
+            process.evidence = f"GPU infrastructure executable {executable(command)}"
+    for pid, process in table.items():
+        if process.member or process.owner is Owner.INFRASTRUCTURE:
+            continue
+        facts = process.facts
+        chain = _ancestor(table, pid)
+        parent = next((p for p in chain if table[p].member), None)
+        same_owner = parent is not None and (
+            not facts.owner_name or facts.owner_name == table[parent].facts.owner_name
+        )
+        if parent is not None and same_owner:
+            process.owner = Owner.OURS
+            process.evidence = f"a child of the subject's PID {parent} (parent chain)"
+        elif not facts.in_ps and facts.in_ps is not None:
+            process.owner = Owner.UNKNOWN
+            process.evidence = (
+                "fuser lists it and ps does not (another PID namespace, or it just exited): "
+                "its owner cannot be told"
+            )
+        elif _describe_owner(facts):
+            process.owner = Owner.ANOTHER_OWNER
+            process.evidence = f"another owner's: {_describe_owner(facts)}"
+        else:
+            process.owner = Owner.UNKNOWN
+            process.evidence = (
+                f"no unit, container, job or session in its cgroup ({facts.cgroup or 'none'}): "
+                "its owner cannot be told"
+            )
+    # Instances: the topmost subject process of each parent chain.
+    for pid, process in table.items():
+        if process.owner is not Owner.OURS:
+            continue
+        root = pid
+        for ancestor in _ancestor(table, pid):
+            if table[ancestor].owner is Owner.OURS:
+                root = ancestor
+            else:
+                break
+        process.instance = root
+    # A unit is one instance, whatever its parent chains show (systemd may be every
+    # process's parent): keyed by its launcher, else by its lowest PID.
+    units: dict[str, list[_Process]] = {}
+    for process in table.values():
+        unit = process.facts.unit or ""
+        if process.owner is Owner.OURS and subject.unit_matches(unit):
+            units.setdefault(unit, []).append(process)
+    for members in units.values():
+        launchers = [
+            p.facts.pid
+            for p in members
+            if p.facts.pid is not None and subject.launcher_matches(p.facts.command or "")
+        ]
+        key = min(launchers) if launchers else min(p.facts.pid or 0 for p in members)
+        for member in members:
+            member.instance = key
+    for process in table.values():
+        if process.owner is not Owner.OURS or process.instance is None:
+            continue
+        top = table[process.instance].facts
+        in_unit = subject.unit_matches(top.unit or "")
+        if not in_unit and not subject.launcher_matches(top.command or ""):
+            process.owner = Owner.ORPHANED_OURS
+            process.evidence += (
+                f"; its launcher is gone (the instance's top process has parent PID {top.ppid})"
+            )
+
+
+def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
+    """The health requests to make: one per live instance of the subject with a launcher."""
+    if not subject.health_path:
+        return []
+    table = _processes(records)
+    _first_pass(subject, table)
+    wanted: list[Probe] = []
+    for pid, process in sorted(table.items()):
+        if process.owner is not Owner.OURS or process.instance != pid:
+            continue
+        members = [p for p in table.values() if p.instance == pid]
+        port = next(
+            (
+                found
+                for found in (subject.port_of(m.facts.command or "") for m in members)
+                if found is not None
+            ),
+            None,
+        )
+        if port is None:
+            continue
+        url = f"http://127.0.0.1:{port}{subject.health_path}"
+        seconds = f"{subject.health_timeout_s:g}"
+        command = (
+            f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {seconds} {shlex.quote(url)}"
+        )
+        wanted.append(Probe(pid, port, url, command))
+    return wanted
+
+
+def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str) -> ProbeResult:
+    """curl's answer -> healthy, failing (with why), or cannot tell."""
+    code = stdout.strip()[-3:]
+    said = (stderr.strip().splitlines() or [""])[-1][:120]
+    if exit_status == 0 and code == "200":
+        return ProbeResult(probe.instance, Health.HEALTHY, f"{probe.url} answered 200")
+    if exit_status == 0 and code.isdigit():
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} answered {code}")
+    if exit_status == 7:
+        return ProbeResult(
+            probe.instance,
+            Health.FAILING,
+            f"nothing listens on port {probe.port} ({said})",
+            refused=True,
+        )
+    if exit_status == 28:
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} did not answer in time")
+    if exit_status in {52, 56}:
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} closed the connection")
+    if exit_status == 127:
+        return ProbeResult(probe.instance, Health.CANNOT_TELL, "curl is not installed on the host")
+    return ProbeResult(
+        probe.instance,
+        Health.CANNOT_TELL,
+        f"the health request exited {exit_status}" + (f": {said}" if said else ""),
+    )
+
+
+def classify(
+    subject: Subject,
+    records: Sequence[ProcessOwner],
+    results: Iterable[ProbeResult] = (),
+) -> tuple[ProcessOwner, ...]:
+    """Every record of interest (it holds an NVIDIA device file, or it is the subject's)
+    with its owner class, evidence, instance, health and disposition."""
+    table = _processes(records)
+    _first_pass(subject, table)
+    health = {r.instance: r for r in results}
+    asked = {p.instance for p in probes(subject, records)}
+    verdicts: dict[int, tuple[Disposition, str, str, int | None]] = {}
+    for pid, process in table.items():
+        verdicts[pid] = _disposition(subject, table, process, health, asked)
+    out: list[ProcessOwner] = []
+    for record in records:
+        if record.pid is None:
+            continue
+        process = table[record.pid]
+        interesting = (
+            record.minor_number is not None or bool(record.node_wide) or process.owner in OURS
+        )
+        if not interesting:
+            continue
+        disposition, reason, state, port = verdicts[record.pid]
+        healthy = len(
+            {
+                p.instance
+                for p in table.values()
+                if p.owner in OURS and verdicts[p.facts.pid or 0][2] == "healthy"
+            }
+        )
+        out.append(
+            dataclasses.replace(
+                record,
+                owner=str(process.owner),
+                evidence=process.evidence,
+                subject=process.owner in OURS,
+                instance=process.instance,
+                port=port,
+                health=state,
+                disposition=str(disposition),
+                reason=reason,
+                healthy_servers=healthy,
+            )
+        )
+    return tuple(out)
+
+
+def _disposition(
+    subject: Subject,
+    table: Mapping[int, _Process],
+    process: _Process,
+    health: Mapping[int, ProbeResult],
+    asked: set[int],
+) -> tuple[Disposition, str, str, int | None]:
+    if process.owner is Owner.INFRASTRUCTURE:
+        return (
+            Disposition.LEAVE,
+            "GPU infrastructure: never signalled; stopped only as a unit, and started again",
+            "",
+            None,
+        )
+    if process.owner is Owner.ANOTHER_OWNER:
+        return Disposition.LEAVE, f"not the subject's ({process.evidence})", "", None
+    if process.owner is Owner.UNKNOWN:
+        return Disposition.CANNOT_TELL, process.evidence, "", None
+    assert process.instance is not None
+    members = [p for p in table.values() if p.instance == process.instance]
+    root = table[process.instance].facts
+    port = subject.port_of(root.command or "")
+    stuck = [p.facts.pid for p in members if (p.facts.state or "") in {"D", "Z"}]
+    probe = health.get(process.instance)
+    if probe is not None and probe.health is Health.HEALTHY:
+        return (
+            Disposition.LEAVE,
+            f"the server is healthy: {probe.detail}",
+            str(Health.HEALTHY),
+            port,
+        )
+    if process.owner is Owner.ORPHANED_OURS:
+        return (
+            Disposition.ACT,
+            f"broken: its launcher is gone (parent PID {root.ppid})",
+            str(Health.NOT_CHECKED),
+            port,
+        )
+    if probe is not None and probe.health is Health.FAILING and not probe.refused:
+        return Disposition.ACT, f"broken: {probe.detail}", str(Health.FAILING), port
+    if stuck:
+        state = table[stuck[0]].facts.state if stuck[0] is not None else "D"
+        return (
+            Disposition.ACT,
+            f"broken: PID {stuck[0]} of the instance is in {state} state",
+            str(Health.NOT_CHECKED),
+            port,
+        )
+    launcher_alive = subject.launcher_matches(root.command or "")
+    young = root.age_s is not None and root.age_s < STARTUP_GRACE_S
+    if probe is not None and probe.health is Health.FAILING:
+        if launcher_alive and young:
+            return (
+                Disposition.LEAVE,
+                f"starting: up {root.age_s} s, its port {port} is not open yet",
+                "starting",
+                port,
+            )
+        return Disposition.ACT, f"broken: {probe.detail}", str(Health.FAILING), port
+    if probe is not None:
+        return (
+            Disposition.CANNOT_TELL,
+            f"whether the server is broken cannot be told: {probe.detail}",
+            str(Health.CANNOT_TELL),
+            port,
+        )
+    if process.instance in asked:
+        return (
+            Disposition.CANNOT_TELL,
+            "whether the server is broken cannot be told: its health was not asked",
+            str(Health.CANNOT_TELL),
+            port,
+        )
+    if not subject.health_path:
+        return Disposition.ACT, "the subject declares no health check", "", port
+    return (
+        Disposition.CANNOT_TELL,
+        "whether the server is broken cannot be told: no port to ask its health on "
+        "(no --port on its command line, and no default for its kind)",
+        str(Health.CANNOT_TELL),
+        port,
+    )
+
+
+# -- the engine's last word before a destructive command ---------------------------------
+
+
+@dataclass(frozen=True)
+class Permission:
+    """What a destructive step may act on: the items allowed, the ones left alone (with
+    why: said, not an error), and what blocks the step (cannot tell, or a gate)."""
+
+    allowed: tuple[Any, ...]
+    left_alone: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()
+
+
+def permitted(
+    subject: Subject,
+    affects: str | None,
+    items: Sequence[Any],
+    owners: Sequence[ProcessOwner],
+    *,
+    allow_node_wide: bool = False,
+) -> Permission:
+    """Which of a destructive step's items it may act on, from the latest classification.
+
+    process: only PIDs classified ours or orphaned ours and broken ('act');
+    gpu: no GPU that a process left alone (another owner's, a healthy server) holds;
+    service: a unit of the subject only if its instance is broken, infrastructure units
+    (stopped as units, as NVIDIA documents), nothing else;
+    node: nothing while another owner's process is on the node, unless the gate is given.
+    A holder whose owner or health cannot be told blocks what would touch it.
+    """
+    by_pid: dict[int, list[ProcessOwner]] = {}
+    for row in owners:
+        if row.pid is not None:
+            by_pid.setdefault(row.pid, []).append(row)
+    allowed: list[Any] = []
+    left: list[str] = []
+    blocked: list[str] = []
+    if affects == "node":
+        others = _others_on_node(owners)
+        if others and not allow_node_wide:
+            blocked.append(
+                "a node-wide action while processes that are not ours (or that are healthy) "
+                "use the node: " + "; ".join(others) + " (rerun with --allow-node-wide to "
+                "act anyway, once their owners agree)"
+            )
+        unknown = _cannot_tell(owners)
+        if unknown:
+            blocked.append("cannot tell who holds: " + "; ".join(unknown))
+        return Permission(tuple(items) if not blocked else (), (), tuple(blocked))
+    for item in items:
+        if item is None:
+            allowed.append(item)
+            continue
+        if affects in (None, "process") and getattr(item, "pid", None) is not None:
+            verdict = _for_pid(item.pid, by_pid)
+        elif affects == "gpu" and _minor(item) is not None:
+            verdict = _for_gpu(_minor(item), owners)
+        elif affects == "service" and _unit(item):
+            verdict = _for_unit(subject, _unit(item), owners)
+        else:
+            verdict = None
+        if verdict is None:
+            allowed.append(item)
+        elif verdict[0] == "leave":
+            left.append(verdict[1])
+        else:
+            blocked.append(verdict[1])
+    return Permission(tuple(allowed), tuple(left), tuple(blocked))
+
+
+def _minor(item: Any) -> int | None:
+    minor = getattr(item, "minor_number", None)
+    if isinstance(minor, int):
+        return minor
+    index = getattr(item, "index", None)
+    return index if isinstance(index, int) else None
+
+
+def _unit(item: Any) -> str:
+    for name in ("unit", "text"):
+        value = getattr(item, name, None)
+        if isinstance(value, str) and value:
+            return value if value.endswith((".service", ".scope")) else f"{value}.service"
+    return ""
+
+
+def _for_pid(pid: int, by_pid: Mapping[int, list[ProcessOwner]]) -> tuple[str, str] | None:
+    rows = by_pid.get(pid)
+    if not rows:
+        return "cannot", f"PID {pid} is not among the classified processes: not signalled"
+    row = rows[0]
+    if row.disposition == Disposition.ACT:
+        return None
+    said = f"PID {pid} ({(row.command or '?')[:60]}): {row.owner}: {row.reason}"
+    if row.disposition == Disposition.CANNOT_TELL:
+        return "cannot", said
+    return "leave", said
+
+
+def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> tuple[str, str] | None:
+    rows = [r for r in owners if r.minor_number == minor]
+    cannot = [r for r in rows if r.disposition == Disposition.CANNOT_TELL]
+    if cannot:
+        r = cannot[0]
+        return "cannot", f"GPU /dev/nvidia{minor} is held by PID {r.pid}: {r.reason}"
+    kept = [
+        r for r in rows if r.disposition == Disposition.LEAVE and r.owner != Owner.INFRASTRUCTURE
+    ]
+    if kept:
+        r = kept[0]
+        return "leave", (
+            f"GPU /dev/nvidia{minor} is left alone: PID {r.pid} ({(r.command or '?')[:60]}) "
+            f"uses it: {r.reason}"
+        )
+    return None
+
+
+def _for_unit(
+    subject: Subject, unit: str, owners: Sequence[ProcessOwner]
+) -> tuple[str, str] | None:
+    if unit in INFRASTRUCTURE_UNITS or unit.removesuffix(".service") + ".service" in (
+        INFRASTRUCTURE_UNITS
+    ):
+        return None
+    if not subject.unit_matches(unit):
+        return "leave", f"unit {unit} is not the subject's: left alone"
+    rows = [r for r in owners if r.unit == unit]
+    if any(r.disposition == Disposition.LEAVE for r in rows):
+        r = next(r for r in rows if r.disposition == Disposition.LEAVE)
+        return "leave", f"unit {unit} is left alone: {r.reason}"
+    if any(r.disposition == Disposition.CANNOT_TELL for r in rows):
+        r = next(r for r in rows if r.disposition == Disposition.CANNOT_TELL)
+        return "cannot", f"unit {unit}: {r.reason}"
+    return None
+
+
+def _others_on_node(owners: Sequence[ProcessOwner]) -> list[str]:
+    seen: dict[int, str] = {}
+    for r in owners:
+        holds = r.minor_number is not None or bool(r.node_wide)
+        if r.pid is None or not holds or r.pid in seen:
+            continue
+        if r.owner == Owner.ANOTHER_OWNER or (
+            r.owner in OURS and r.disposition == Disposition.LEAVE
+        ):
+            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason}"
+    return list(seen.values())
+
+
+def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:
+    seen: dict[int, str] = {}
+    for r in owners:
+        if r.pid is not None and r.disposition == Disposition.CANNOT_TELL and r.pid not in seen:
+            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason}"
+    return list(seen.values())
+
+
+def left_alone(owners: Sequence[ProcessOwner]) -> list[str]:
+    """One line per process the runbook leaves alone, with why (for check, plan, journal)."""
+    seen: dict[int, str] = {}
+    for r in owners:
+        if r.pid is None or r.pid in seen or r.disposition != Disposition.LEAVE:
+            continue
+        seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.owner}: {r.reason}"
+    return list(seen.values())
