@@ -396,6 +396,12 @@ class Runner:
             if not permission.allowed:
                 return record("skipped", "left alone: " + "; ".join(left_alone))
             items = list(permission.allowed)
+        if step.run is not None and len(items) > 1:
+            # Items that give the same command (one PID on two GPUs) are one target.
+            first: dict[str, Any] = {}
+            for item in items:
+                first.setdefault(self.render(step.run, item), item)
+            items = list(first.values())
         targets = tuple(_target(item) for item in items if item is not None)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
         # Items that give the same command (one PID holding two GPUs) send it once.

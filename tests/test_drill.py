@@ -92,7 +92,7 @@ def test_stuck_d_state_stops_before_reboot_and_names_it(capsys):
     code, out, _ = drill(capsys, "--scenario", "stuck-d-state", "--yes")
     assert code == ExitCode.GOAL_NOT_MET
     assert "reboot-for-stuck         declined  (needs --allow-reboot)" in out
-    assert changes(out) == ["nothing"]
+    assert changes(out) == ["SIGKILL 4123"]  # one SIGKILL, queued; then only a reboot helps
     assert "because of: PID 4123 [D]" in out
     assert "--scenario stuck-d-state --yes --allow-reboot" in out
 
@@ -129,9 +129,9 @@ def shell_run(script: str, host=None):
 
 
 def test_an_unsupported_command_is_a_clear_error_not_a_silent_success():
-    status, _, err = shell_run("curl https://example.invalid")
+    status, _, err = shell_run("wget https://example.invalid")
     assert status == 127
-    assert "curl: not simulated in this drill" in err
+    assert "wget: not simulated in this drill" in err
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ def run(capsys, host, runbook, *extra, pattern: str | None = None):
     if pattern is None:
         pattern = rf"sglang\.launch_server .*--port {host.port}( |$)"
     if runbook == RECOVERY:
-        extra = ("--set", f"server_pattern={pattern}", *extra)
+        extra = ("--set", f"server_pattern={pattern}", "--set", "worker_pattern=(?!)", *extra)
     code = main(["run", runbook, *host.cli_args(), *extra])
     out, err = capsys.readouterr()
     return code, out + err
@@ -139,7 +139,7 @@ def test_a_host_ram_only_failure_runs_no_gpu_rung(gpu_host, capsys, run_journals
     assert code == ExitCode.GOAL_NOT_MET, out
     assert not any(change in line for line in sent(gpu_host) for change in GPU_CHANGES)
     ends = step_ends(run_journals_in_tmp)
-    for rung in ("stop-gpu-services", "term-gpu-holders", "kill-gpu-holders", "reset-gpus"):
+    for rung in ("stop-gpu-services", "reset-gpus", "persistence-off", "reload-driver"):
         assert ends[rung]["status"] == "skipped"
         assert "nothing to fix: gpu-memory-released hold" in ends[rung]["message"]
     # The one rung that could help (a reboot frees leaked memory) says truthfully why it did not run.
@@ -149,19 +149,21 @@ def test_a_host_ram_only_failure_runs_no_gpu_rung(gpu_host, capsys, run_journals
     assert asked["reason"] == "needs --allow-reboot"
 
 
-def test_a_pattern_that_matches_nothing_never_sigkills_before_sigterm(gpu_host, capsys):
-    pids = crash(gpu_host)  # an SGLang server is running; the pattern below is vLLM's
+def test_a_server_the_subject_does_not_name_is_left_alone_and_named(gpu_host, capsys):
+    """The recovery's subject is vLLM here; the SGLang server on the GPUs is not ours: no
+    signal, no reset of its GPUs, and the run says whose they are (it used to be found
+    through the device files and signalled)."""
+    pids = crash(gpu_host)
     code, out = run(
         capsys, gpu_host, RECOVERY, "--yes", *FAST, pattern=r"vllm serve|vllm\.entrypoints"
     )
     assert code == ExitCode.OK, out
-    sent_signals = signals(gpu_host)
+    assert signals(gpu_host) == []
+    assert resets(gpu_host) == []
     assert not any("fuser -k" in line for line in sent(gpu_host))
-    assert {pid for _, pid in sent_signals} == set(pids)
     for pid in pids:
-        first = next(name for name, target in sent_signals if target == pid)
-        assert first == "TERM", sent_signals
-    assert "term-gpu-holders" in out
+        assert Path(f"/proc/{pid}").exists()
+    assert "another-owner" in out
 
 
 def test_a_process_on_a_healthy_gpu_is_never_signalled(gpu_host, capsys):
@@ -299,6 +301,8 @@ def test_the_prompt_lists_the_exact_pids_it_will_signal(gpu_host):
                 *gpu_host.cli_args(),
                 "--set",
                 pattern,
+                "--set",
+                "worker_pattern=(?!)",
             ],
             stdin=terminal,
             capture_output=True,

@@ -40,20 +40,35 @@ def run(capsys, host, runbook, *extra):
             *extra,
             "--set",
             rf"server_pattern=sglang\.launch_server .*--port {host.port}( |$)",
+            # Other tests' stand-in servers run beside this host's: only its own are the
+            # subject (workers of this test host's servers descend from its launchers).
+            "--set",
+            "worker_pattern=(?!)",
         )
     code = main(["run", runbook, *host.cli_args(), *extra])
     out, err = capsys.readouterr()
     return code, out + err
 
 
-def test_the_default_server_pattern_finds_sglang_and_nothing_else():
+def test_the_default_subject_patterns_find_sglang_and_vllm_and_nothing_else():
     from runbook_runner.runbook import load
 
-    pattern = load(Path(RECOVERY)).parameters["server_pattern"].default
-    assert re.search(pattern, "/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 8")
-    assert re.search(pattern, "sglang::scheduler_TP3")
-    assert not re.search(pattern, "python3 -m vllm.entrypoints.openai.api_server")
-    assert not re.search(pattern, "ps -eo pid,stat,args")
+    parameters = load(Path(RECOVERY)).parameters
+    launcher = parameters["server_pattern"].default
+    workers = parameters["worker_pattern"].default
+    assert re.search(
+        launcher, "/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 8"
+    )
+    assert re.search(launcher, "/usr/bin/python3 -m vllm.entrypoints.openai.api_server --model m")
+    assert re.search(launcher, "/opt/venv/bin/python /opt/venv/bin/vllm serve Qwen/Qwen3-8B")
+    assert re.search(workers, "sglang::scheduler_TP3")
+    assert re.search(workers, "VLLM::Worker_TP1")
+    for ours in (
+        "ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args",
+        "fuser -v /dev/nvidia0",
+    ):
+        assert not re.search(launcher, ours) and not re.search(workers, ours)
+    assert not re.search(launcher, "python3 train.py --config ablation-12.yaml")
 
 
 def settle(host):

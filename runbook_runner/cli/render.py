@@ -230,7 +230,38 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
         lines.append(f"host memory: unknown ({memory.reason})")
     elif memory is not None:
         lines.append(memory_line(memory))
+    lines += owner_lines(runbook, state)
     return "\n".join(lines)
+
+
+_VERDICT = {"act": "acted on", "leave": "left alone", "cannot-tell": "cannot tell"}
+
+
+def owner_lines(runbook: Runbook, state: Mapping[str, Any]) -> list[str]:
+    """Who holds what, one line per process: its owner class, what is done with it and why
+    (the evidence), and the GPUs it holds. Host text is shown escaped."""
+    owners = _first_of(runbook, state, "process-owners")
+    if isinstance(owners, Unavailable):
+        return [f"who holds the GPUs: unknown ({owners.reason})"]
+    if not isinstance(owners, tuple) or runbook.subject is None:
+        return []
+    if not owners:
+        return ["who holds the GPUs: no process holds a GPU, and none is the server's"]
+    lines = ["who holds the GPUs (owner, verdict, why):"]
+    seen: dict[int, list[Any]] = {}
+    for row in owners:
+        seen.setdefault(row.pid, []).append(row)
+    for pid, rows in seen.items():
+        row = rows[0]
+        gpus = sorted(r.minor_number for r in rows if r.minor_number is not None)
+        where = f" on /dev/nvidia{','.join(map(str, gpus))}" if gpus else ""
+        verdict = _VERDICT.get(row.disposition or "", row.disposition or "?")
+        command = visible((row.command or "?")[:60], lines=False, tabs=False)
+        lines.append(
+            f"  PID {pid} {command}{where}: {row.owner}, {verdict}: "
+            + visible(f"{row.reason}; {row.evidence}", lines=False, tabs=False)
+        )
+    return lines
 
 
 def memory_line(memory: Memory) -> str:

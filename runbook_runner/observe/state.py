@@ -341,10 +341,8 @@ class ProcessOwner:
         )
 
     def target(self) -> str:
-        why = f"; {self.evidence}" if self.evidence else ""
-        return (
-            f"PID {self.pid} ({(self.command or '?')[:60]}, {self.user or '?'}): {self.owner}{why}"
-        )
+        why = f": {self.owner}, {self.reason}" if self.owner else ""
+        return f"PID {self.pid} [{self.stat or '?'}] ({(self.command or '?')[:80]}){why}"
 
 
 @dataclass(frozen=True)

@@ -385,7 +385,7 @@ def _disposition(
             None,
         )
     if process.owner is Owner.ANOTHER_OWNER:
-        return Disposition.LEAVE, f"not the subject's ({process.evidence})", "", None
+        return Disposition.LEAVE, "not the subject's", "", None
     if process.owner is Owner.UNKNOWN:
         return Disposition.CANNOT_TELL, process.evidence, "", None
     assert process.instance is not None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import DAEMON_PID, SHM_DIR, SimHost, SimProcess
+from runbook_runner.simhost.model import DAEMON_PID, SHM_DIR, SimHost, SimProcess, uid_of
 
 
 class ProcessTable(Protocol):
@@ -26,6 +26,10 @@ class ProcessTable(Protocol):
     def cmdline(self, pid: int) -> str: ...
 
     def signal(self, pid: int, signum: int) -> bool: ...
+
+    def state(self, pid: int) -> str: ...
+
+    def wchan(self, pid: int) -> str: ...
 
 
 @dataclass
@@ -208,6 +212,92 @@ def dmesg(env: Env, args: list[str]) -> int:
 
 
 # -- process control ---------------------------------------------------------------------
+
+
+def ps(env: Env, args: list[str]) -> int:
+    """ps [-ww] -eo FIELD[:WIDTH][=HEADER],...: the simulated host's process table, as the
+    host sees it (a container's processes too), with the GPU services' main processes.
+    Only the simulation's processes: no process of the machine is ever listed (or, so,
+    signalled) by a runbook under test."""
+    fields = ["pid", "tty", "time", "cmd"]
+    for i, arg in enumerate(args):
+        if arg in ("-o", "-eo") and i + 1 < len(args):
+            fields = args[i + 1].split(",")
+    table = env.procs
+    host = env.host
+    rows: list[dict[str, str]] = [
+        _row(1, 0, "root", "Ss", "ep_poll", "/sbin/init", "/init.scope"),
+        _row(
+            812,
+            1,
+            "root",
+            "Ss",
+            "do_select",
+            "sshd: /usr/sbin/sshd -D",
+            "/system.slice/ssh.service",
+        ),
+    ]
+    for pid, command, user, cgroup in host.daemons() if env.daemons_hold_devices else []:
+        rows.append(_row(pid, 1, user, "Ss", "do_select", command, cgroup))
+    for p in host.processes:
+        if table.alive(p.pid):
+            state, wchan = table.state(p.pid), table.wchan(p.pid)
+            found = _row(p.pid, p.ppid, p.user, state, wchan, p.cmdline, p.cgroup_path())
+            found["etimes"] = str(max(0, int(host.now - p.born)))
+            rows.append(found)
+    headers = {
+        "pid": "PID",
+        "ppid": "PPID",
+        "pgid": "PGID",
+        "sid": "SID",
+        "user": "USER",
+        "uid": "UID",
+        "etimes": "ELAPSED",
+        "stat": "STAT",
+        "wchan": "WCHAN",
+        "cgroup": "CGROUP",
+        "args": "COMMAND",
+        "cmd": "CMD",
+        "comm": "COMMAND",
+    }
+    out = []
+    for row in [None, *rows]:
+        cells = []
+        for f in fields:
+            spec, _, header = f.partition("=")
+            name, _, width = spec.partition(":")
+            text = header or headers.get(name, name.upper()) if row is None else row.get(name, "-")
+            if name in ("pid", "ppid", "pgid", "sid", "uid", "etimes"):
+                cells.append(f"{text:>7}")
+            elif name in ("args", "cmd", "comm"):
+                cells.append(text)
+            else:
+                cells.append(f"{text:<{min(int(width), 64) if width.isdigit() else 4}}")
+        if row is None and all(f.endswith("=") for f in fields):
+            continue
+        out.append(" ".join(cells).rstrip() + "\n")
+    env.out("".join(out))
+    return 0
+
+
+def _row(
+    pid: int, ppid: int, user: str, stat: str, wchan: str, command: str, cgroup: str
+) -> dict[str, str]:
+    return {
+        "pid": str(pid),
+        "ppid": str(ppid),
+        "pgid": str(pid),
+        "sid": str(pid),
+        "user": user,
+        "uid": str(uid_of(user)),
+        "etimes": "3600",
+        "stat": stat,
+        "wchan": wchan,
+        "cgroup": f"0::{cgroup}",
+        "args": command,
+        "cmd": command,
+        "comm": command.split()[0],
+    }
 
 
 def _signal_of(args: list[str], default: int = signal.SIGTERM) -> int:
@@ -605,4 +695,5 @@ COMMANDS: dict[str, Command] = {
     "stat": stat_,
     "date": date,
     "curl": curl,
+    "ps": ps,
 }

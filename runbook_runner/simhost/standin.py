@@ -48,6 +48,19 @@ class RealProcesses:
             return False
         return True
 
+    def state(self, pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError, UnicodeDecodeError):
+            return "?"
+
+    def wchan(self, pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+        except OSError:
+            return "-"
+
 
 def sudo(args: list[str]) -> int:
     """Record, then run the command unprivileged: the stand-ins after it decide what happens.
@@ -103,6 +116,7 @@ def sim_server(env: Env, args: list[str]) -> int:
             gpu_mib=gpus,
             host_bytes=int(host_gib * 1024**3),
             orphan_gpu_memory="--orphan" in args,
+            user=env.user,
         )
     )
     env.out(f"{pid}\n")

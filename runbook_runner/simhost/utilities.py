@@ -1,7 +1,7 @@
 """The utilities the drill's simulated shell knows besides the simulator's commands.
 
 echo, printf, grep, head, tail, wc, cat, true/false, exit, id, sleep (simulated time),
-kill (simulated processes), ps (the simulated process table), sudo, sh -c and test.
+kill (simulated processes), sudo, sh -c and test.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import uid_of
 from runbook_runner.simhost.shell import _Exit
 
 if TYPE_CHECKING:
@@ -182,93 +181,6 @@ def _signal(name: str) -> int:
     return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
 
 
-def _ps(shell: Shell, args: list[str], stdin: str) -> int:
-    """ps [-ww] -eo FIELD[:WIDTH][=HEADER],...: the simulated host's process table, as the
-    host sees it (a container's processes too), with the GPU services' main processes."""
-    fields = ["pid", "tty", "time", "cmd"]
-    for i, arg in enumerate(args):
-        if arg in ("-o", "-eo") and i + 1 < len(args):
-            fields = args[i + 1].split(",")
-    table = shell.env.procs
-    host = shell.env.host
-    rows: list[dict[str, str]] = [
-        _row(1, 0, "root", "Ss", "ep_poll", "/sbin/init", "/init.scope"),
-        _row(
-            812,
-            1,
-            "root",
-            "Ss",
-            "do_select",
-            "sshd: /usr/sbin/sshd -D",
-            "/system.slice/ssh.service",
-        ),
-    ]
-    for pid, command, user, cgroup in host.daemons():
-        rows.append(_row(pid, 1, user, "Ss", "do_select", command, cgroup))
-    for p in host.processes:
-        if table.alive(p.pid):
-            state = table.state(p.pid)  # type: ignore[attr-defined]
-            wchan = table.wchan(p.pid)  # type: ignore[attr-defined]
-            found = _row(p.pid, p.ppid, p.user, state, wchan, p.cmdline, p.cgroup_path())
-            found["etimes"] = str(max(0, int(host.now - p.born)))
-            rows.append(found)
-    me = int(shell.vars["$"])
-    rows.append(_row(me, 812, "root", "Ss", "do_wait", "sh -c (this command)", "/user.slice"))
-    headers = {
-        "pid": "PID",
-        "ppid": "PPID",
-        "pgid": "PGID",
-        "sid": "SID",
-        "user": "USER",
-        "uid": "UID",
-        "etimes": "ELAPSED",
-        "stat": "STAT",
-        "wchan": "WCHAN",
-        "cgroup": "CGROUP",
-        "args": "COMMAND",
-        "cmd": "CMD",
-        "comm": "COMMAND",
-    }
-    out = []
-    for row in [None, *rows]:
-        cells = []
-        for f in fields:
-            spec, _, header = f.partition("=")
-            name, _, width = spec.partition(":")
-            text = header or headers.get(name, name.upper()) if row is None else row.get(name, "-")
-            if name in ("pid", "ppid", "pgid", "sid", "uid", "etimes"):
-                cells.append(f"{text:>7}")
-            elif name in ("args", "cmd", "comm"):
-                cells.append(text)
-            else:
-                cells.append(f"{text:<{min(int(width), 64) if width.isdigit() else 4}}")
-        if row is None and all(f.endswith("=") for f in fields):
-            continue
-        out.append(" ".join(cells).rstrip() + "\n")
-    shell.env.out("".join(out))
-    return 0
-
-
-def _row(
-    pid: int, ppid: int, user: str, stat: str, wchan: str, command: str, cgroup: str
-) -> dict[str, str]:
-    return {
-        "pid": str(pid),
-        "ppid": str(ppid),
-        "pgid": str(pid),
-        "sid": str(pid),
-        "user": user,
-        "uid": str(uid_of(user)),
-        "etimes": "3600",
-        "stat": stat,
-        "wchan": wchan,
-        "cgroup": f"0::{cgroup}",
-        "args": command,
-        "cmd": command,
-        "comm": command.split()[0],
-    }
-
-
 def _sudo(shell: Shell, args: list[str], stdin: str) -> int:
     rest = list(args)
     while rest and rest[0].startswith("-"):
@@ -331,7 +243,6 @@ UTILITIES: dict[str, Utility] = {
     "id": _id,
     "sleep": _sleep,
     "kill": _kill,
-    "ps": _ps,
     "sudo": _sudo,
     "sh": _sh,
     "test": _test,

@@ -1,0 +1,490 @@
+"""Ownership: who a process belongs to, whether the subject is broken, and the engine's
+last word before a destructive command (plan/ownership.py). Pure: no host involved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO
+from runbook_runner.expect import evaluate_check
+from runbook_runner.observe.proctree import owner_of_cgroup, parse_owners
+from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.plan import ownership
+from runbook_runner.plan.ownership import Disposition, Health, Owner, ProbeResult
+from runbook_runner.runbook import Subject, load
+
+SUBJECT = Subject(
+    description="the server",
+    launcher=r"sglang\.launch_server|vllm serve",
+    workers=r"sglang::|VLLM::",
+    unit=r"^(sglang|vllm)[A-Za-z0-9_@.-]*\.service$",
+    health_path="/health",
+    ports=(("sglang", 30000), ("vllm", 8000)),
+)
+HEADER = "    PID    PPID    PGID     SID USER      ELAPSED STAT CGROUP     COMMAND\n"
+
+
+def listing(rows: list[tuple], fuser: str = "") -> str:
+    lines = [HEADER]
+    for pid, ppid, user, age, stat, cgroup, command in rows:
+        lines.append(
+            f"{pid:>7} {ppid:>7} {pid:>7} {pid:>7} {user:<8} {age:>8} {stat:<4} {cgroup} {command}\n"
+        )
+    return "".join(lines) + "@@ fuser\n" + fuser + "@@ end\n"
+
+
+def fuser_lines(holds: dict[int, list[int]], users: dict[int, str]) -> str:
+    text = "                     USER        PID ACCESS COMMAND\n"
+    by_minor: dict[int, list[int]] = {}
+    for pid, minors in holds.items():
+        for minor in minors:
+            by_minor.setdefault(minor, []).append(pid)
+    for minor, pids in sorted(by_minor.items()):
+        for n, pid in enumerate(pids):
+            label = f"/dev/nvidia{minor}:" if n == 0 else ""
+            text += f"{label:<20} {users.get(pid, 'root'):<8} {pid:>6} F...m python3\n"
+    return text
+
+
+INCIDENT = listing(
+    [
+        (1, 0, "root", 9000, "Ss", "0::/init.scope", "/sbin/init"),
+        (
+            900,
+            1,
+            "nvidia-p",
+            9000,
+            "Ss",
+            "0::/system.slice/nvidia-persistenced.service",
+            "/usr/bin/nvidia-persistenced --user nvidia-persistenced",
+        ),
+        (
+            910,
+            1,
+            "root",
+            9000,
+            "Ssl",
+            "0::/system.slice/nvidia-dcgm.service",
+            "/usr/bin/nv-hostengine -n",
+        ),
+        (
+            4101,
+            1,
+            "root",
+            3600,
+            "Sl",
+            "0::/system.slice/sglang.service",
+            "python3 -m sglang.launch_server --model-path m --tp-size 2 --port 30001",
+        ),
+        (
+            4120,
+            4101,
+            "root",
+            3600,
+            "Sl",
+            "0::/system.slice/sglang.service",
+            "sglang::scheduler_TP0",
+        ),
+        (
+            4121,
+            4101,
+            "root",
+            3600,
+            "Sl",
+            "0::/system.slice/sglang.service",
+            "sglang::scheduler_TP1",
+        ),
+        (
+            5120,
+            1,
+            "root",
+            7200,
+            "Sl",
+            "0::/user.slice/user-0.slice/session-7.scope",
+            "sglang::scheduler_TP0",
+        ),
+        (
+            7001,
+            6990,
+            "alice",
+            600,
+            "Rl",
+            "0::/user.slice/user-1001.slice/session-3.scope",
+            "python3 train.py --config ablation-12.yaml",
+        ),
+        (
+            7101,
+            1,
+            "1000",
+            600,
+            "Sl",
+            "0::/system.slice/docker-7d3f0a9c41be2e5f86a1c0d2b3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2.scope",
+            "python3 /app/serve.py",
+        ),
+        (
+            7201,
+            1,
+            "bob",
+            600,
+            "Sl",
+            "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0",
+            "python3 pretrain.py",
+        ),
+        (7301, 1, "root", 600, "Sl", "0::/", "python3 mystery.py"),
+    ],
+    fuser_lines(
+        {
+            900: [0, 1, 2, 3, 4, 5, 6, 7],
+            910: [0, 1, 2, 3, 4, 5, 6, 7],
+            4120: [0],
+            4121: [1],
+            5120: [2],
+            7001: [5],
+            7101: [6],
+            7201: [7],
+            7301: [4],
+            8812: [3],
+        },
+        {7001: "alice", 900: "nvidia-p"},
+    ),
+)
+
+
+def by_pid(records) -> dict[int, ProcessOwner]:
+    return {r.pid: r for r in records}
+
+
+def test_cgroups_name_their_owner():
+    assert owner_of_cgroup("/system.slice/sglang.service") == ("unit", "sglang.service")
+    assert owner_of_cgroup("/system.slice/docker-7d3f0a9c41be2e5f.scope")[0] == "container"
+    assert (
+        owner_of_cgroup(
+            "/kubepods.slice/kubepods-pod1234abcd_5678.slice/cri-containerd-0123456789abcdef.scope"
+        )[0]
+        == "container"
+    )
+    assert owner_of_cgroup("/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0") == (
+        "slurm-job",
+        "job 4242",
+    )
+    assert owner_of_cgroup("/slurm/uid_1000/job_77/step_batch") == ("slurm-job", "job 77")
+    assert owner_of_cgroup("/user.slice/user-1001.slice/session-3.scope") == (
+        "session",
+        "session-3 of uid 1001",
+    )
+    assert owner_of_cgroup("/") == ("", "")
+    assert owner_of_cgroup(None) == ("", "")
+
+
+def test_every_holder_is_classified_with_its_evidence():
+    records = parse_owners(INCIDENT)
+    result = by_pid(ownership.classify(SUBJECT, records))
+    assert result[4101].owner == "ours" and "unit sglang.service" in result[4101].evidence
+    assert result[4120].owner == "ours"
+    assert result[5120].owner == "orphaned-ours" and "launcher is gone" in result[5120].evidence
+    assert result[900].owner == "infrastructure" and result[900].disposition == "leave"
+    assert result[910].owner == "infrastructure"  # nv-hostengine, by unit
+    assert result[7001].owner == "another-owner" and "session-3" in result[7001].evidence
+    assert (
+        result[7101].owner == "another-owner"
+        and "container docker 7d3f0a9c41be" in result[7101].evidence
+    )
+    assert result[7201].owner == "another-owner" and "Slurm job 4242" in result[7201].evidence
+    assert result[7301].owner == "unknown" and result[7301].disposition == "cannot-tell"
+    assert result[8812].owner == "unknown" and "ps does not" in result[8812].evidence
+    assert 1 not in result  # holds nothing and is not the subject's: not listed
+
+
+def test_health_decides_whether_the_subject_is_broken():
+    records = parse_owners(INCIDENT)
+    (probe,) = ownership.probes(SUBJECT, records)
+    assert probe.port == 30001 and probe.instance == 4101  # its own --port, not the default
+    assert "curl" in probe.command and "http://127.0.0.1:30001/health" in probe.command
+
+    def verdict(exit_status, stdout="", stderr=""):
+        result = ownership.judge_probe(probe, exit_status, stdout, stderr)
+        return by_pid(ownership.classify(SUBJECT, records, [result]))[4120]
+
+    healthy = verdict(0, "200")
+    assert healthy.disposition == "leave" and "healthy" in healthy.reason
+    assert verdict(28).disposition == "act"  # timed out
+    assert verdict(0, "503").disposition == "act"
+    assert verdict(127).disposition == "cannot-tell"  # no curl: cannot tell, never act
+    assert "nothing listens on port 30001" in verdict(7).reason  # old enough to be up
+    # a process of the instance in D state is evidence of its own, health unknown or not
+    stuck = parse_owners(
+        INCIDENT.replace(
+            "Sl   0::/system.slice/sglang.service sglang::scheduler_TP1",
+            "D    0::/system.slice/sglang.service sglang::scheduler_TP1",
+        )
+    )
+    unknown = ownership.judge_probe(probe, 127, "", "")
+    row = by_pid(ownership.classify(SUBJECT, stuck, [unknown]))[4120]
+    assert row.disposition == "act" and "D state" in row.reason
+
+
+def test_a_young_server_whose_port_is_not_open_is_starting_not_broken():
+    records = parse_owners(
+        listing(
+            [
+                (
+                    4101,
+                    1,
+                    "root",
+                    40,
+                    "Sl",
+                    "0::/system.slice/sglang.service",
+                    "python3 -m sglang.launch_server --model-path m",
+                )
+            ],
+        )
+    )
+    (probe,) = ownership.probes(SUBJECT, records)
+    assert probe.port == 30000  # SGLang's default
+    refused = ownership.judge_probe(probe, 7, "", "curl: (7) Failed to connect")
+    (row,) = ownership.classify(SUBJECT, records, [refused])
+    assert row.disposition == "leave" and row.reason.startswith("starting")
+
+
+def classified(health: int = 28) -> tuple[ProcessOwner, ...]:
+    records = parse_owners(INCIDENT)
+    results = [ownership.judge_probe(p, health, "", "") for p in ownership.probes(SUBJECT, records)]
+    return ownership.classify(SUBJECT, records, results)
+
+
+@dataclass(frozen=True)
+class Pid:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    minor_number: int
+
+
+def test_the_engine_signals_only_ours_and_broken():
+    owners = classified()
+    wanted = [Pid(p) for p in (4101, 4120, 5120, 900, 7001, 7101, 7201)]
+    permission = ownership.permitted(SUBJECT, "process", wanted, owners)
+    assert {item.pid for item in permission.allowed} == {4101, 4120, 5120}
+    assert len(permission.left_alone) == 4
+    assert any("infrastructure" in line for line in permission.left_alone)
+    blocked = ownership.permitted(SUBJECT, "process", [Pid(7301)], owners)
+    assert blocked.blocked and not blocked.allowed  # unknown: cannot tell, never acted on
+
+
+def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_them():
+    owners = classified()
+    gpus = [Gpu(i, i) for i in range(8)]
+    permission = ownership.permitted(SUBJECT, "gpu", gpus, owners)
+    allowed = {g.index for g in permission.allowed}
+    assert 5 not in allowed and 6 not in allowed and 7 not in allowed  # alice, a container, a job
+    assert {0, 1, 2} <= allowed  # ours (daemons hold them too: infrastructure is no obstacle)
+    assert any(
+        "cannot" in line or "unknown" in line or "told" in line for line in permission.blocked
+    )
+    node = ownership.permitted(SUBJECT, "node", [None], owners)
+    assert node.blocked and "--allow-node-wide" in node.blocked[0]
+    assert "PID 7001" in node.blocked[0]
+
+
+def test_a_healthy_server_is_left_alone_and_its_unit_is_not_stopped():
+    owners = classified(health=0)  # curl exits 0 ... with no code: cannot tell
+    assert by_pid(owners)[4101].disposition == "cannot-tell"
+    records = parse_owners(INCIDENT)
+    results = [ownership.judge_probe(p, 0, "200", "") for p in ownership.probes(SUBJECT, records)]
+    owners = ownership.classify(SUBJECT, records, results)
+    unit = ownership.permitted(
+        SUBJECT, "service", [type("U", (), {"unit": "sglang.service"})()], owners
+    )
+    assert not unit.allowed and "healthy" in unit.left_alone[0]
+    infra = ownership.permitted(
+        SUBJECT, "service", [type("U", (), {"text": "nvidia-persistenced"})()], owners
+    )
+    assert infra.allowed  # stopped as a unit, as NVIDIA documents, never signalled by PID
+
+
+# -- the property: generated hosts ------------------------------------------------------------
+
+KINDS = (
+    "ours-unit",
+    "ours-orphan",
+    "ours-container",
+    "infra-unit",
+    "infra-exe",
+    "other-unit",
+    "other-session",
+    "other-container",
+    "other-job",
+    "unknown-root",
+    "unknown-hidden",
+)
+
+
+@st.composite
+def hosts(draw):
+    count = draw(st.integers(1, 14))
+    pids = draw(st.lists(st.integers(100, 60000), min_size=count, max_size=count, unique=True))
+    rows, holds, truth, hidden = [], {}, {}, set()
+    for pid in pids:
+        kind = draw(st.sampled_from(KINDS))
+        state = draw(st.sampled_from(["S", "Sl", "D", "R", "Z"]))
+        parent = draw(st.sampled_from([1, *pids]))
+        age = draw(st.integers(0, 100000))
+        if kind == "ours-unit":
+            cgroup, command = (
+                "0::/system.slice/sglang.service",
+                draw(
+                    st.sampled_from(
+                        [
+                            "python3 -m sglang.launch_server --port 30000",
+                            "sglang::scheduler_TP1",
+                            "python3 -c helper",
+                        ]
+                    )
+                ),
+            )
+        elif kind == "ours-orphan":
+            cgroup, command, parent = (
+                "0::/user.slice/user-0.slice/session-2.scope",
+                "VLLM::Worker_TP3",
+                1,
+            )
+        elif kind == "ours-container":
+            cgroup, command = (
+                "0::/system.slice/docker-0123456789abcdef0123.scope",
+                "vllm serve Qwen/Qwen3-8B",
+            )
+        elif kind == "infra-unit":
+            cgroup, command = (
+                "0::/system.slice/nvidia-persistenced.service",
+                "/usr/bin/nvidia-persistenced",
+            )
+        elif kind == "infra-exe":
+            cgroup, command = (
+                "0::/",
+                draw(st.sampled_from(["/usr/bin/nv-hostengine -n", "/usr/bin/dcgm-exporter"])),
+            )
+        elif kind == "other-unit":
+            cgroup, command = "0::/system.slice/trainer.service", "python3 train.py"
+        elif kind == "other-session":
+            cgroup, command = (
+                "0::/user.slice/user-1001.slice/session-9.scope",
+                "python3 notebook.py",
+            )
+        elif kind == "other-container":
+            cgroup, command = (
+                "0::/system.slice/docker-fedcba9876543210fedc.scope",
+                "python3 /app/serve.py",
+            )
+        elif kind == "other-job":
+            cgroup, command = "0::/slurm/uid_1002/job_99/step_0", "python3 pretrain.py"
+        elif kind == "unknown-root":
+            cgroup, command = "0::/", "python3 mystery.py"
+        else:
+            cgroup, command = "0::/", "python3 ghost.py"
+            hidden.add(pid)
+        truth[pid] = kind
+        if pid not in hidden:
+            rows.append((pid, parent, "root", age, state, cgroup, command))
+        holds[pid] = draw(st.lists(st.integers(0, 7), max_size=3, unique=True))
+        if kind.startswith("infra"):
+            holds[pid] = list(range(8))  # the daemons hold every GPU
+    text = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}))
+    health = draw(st.sampled_from([(0, "200"), (7, ""), (28, ""), (0, "503"), (127, "")]))
+    return text, truth, health
+
+
+def _descends_from_ours(pid: int, records, truth) -> bool:
+    parents = {r.pid: r.ppid for r in records}
+    seen, current = set(), parents.get(pid)
+    while current in parents and current not in seen:
+        if truth.get(current, "").startswith("ours"):
+            return True
+        seen.add(current)
+        current = parents[current]
+    return False
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts(), st.booleans())
+def test_generated_hosts_never_see_another_owners_process_signalled(host, gate):
+    text, truth, (status, stdout) = host
+    records = parse_owners(text)
+    results = [
+        ownership.judge_probe(p, status, stdout, "") for p in ownership.probes(SUBJECT, records)
+    ]
+    owners = ownership.classify(SUBJECT, records, results)
+    rows = by_pid(owners)
+    every = [Pid(p) for p in truth]
+    allowed = {i.pid for i in ownership.permitted(SUBJECT, "process", every, owners).allowed}
+    for pid in allowed:
+        # every signalled PID is ours or orphaned ours (or a child of ours that has no owner
+        # of its own), judged broken
+        assert rows[pid].owner in {"ours", "orphaned-ours"}, (pid, truth[pid], rows[pid])
+        assert rows[pid].disposition == "act"
+        assert not truth[pid].startswith(("infra", "other")) or _descends_from_ours(
+            pid, records, truth
+        )
+        assert not truth[pid].startswith("infra")  # infrastructure is never signalled
+    if status == 0 and stdout == "200":
+        assert not allowed - {
+            p for p in allowed if rows[p].owner == "orphaned-ours" or rows[p].state in {"D", "Z"}
+        }
+    gpus = [Gpu(i, i) for i in range(8)]
+    reset = {g.index for g in ownership.permitted(SUBJECT, "gpu", gpus, owners).allowed}
+    for row in owners:
+        if row.minor_number in reset:
+            # no GPU holding another owner's process (or a healthy server's) is reset
+            assert row.disposition != "leave" or row.owner == "infrastructure", row
+            assert row.disposition != "cannot-tell", row
+    node = ownership.permitted(SUBJECT, "node", [None], owners, allow_node_wide=gate)
+    others = [r for r in owners if r.owner == "another-owner" and (r.holds_gpu or r.node_wide)]
+    if others and not gate:
+        assert not node.allowed  # no node-wide rung with another owner present and no gate
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts())
+def test_the_runbooks_targets_pass_the_engines_guard_unchanged(host):
+    """What gpu-oom-recovery's checks pick as targets is already ours and broken: the guard
+    is a second line, not the first."""
+    text, truth, (status, stdout) = host
+    runbook = load(Path(REPO / "runbooks" / "gpu-oom-recovery.yaml"))
+    subject = runbook.subject.with_parameters(
+        {name: p.default for name, p in runbook.parameters.items()}
+    )
+    records = parse_owners(text)
+    results = [
+        ownership.judge_probe(p, status, stdout, "") for p in ownership.probes(subject, records)
+    ]
+    owners = ownership.classify(subject, records, results)
+    params = {name: p.default for name, p in runbook.parameters.items()}
+    verdict = evaluate_check(
+        runbook.checks["live-broken-server-gone"], runbook, {"holders": owners}, params
+    )
+    if verdict.cannot_tell:
+        return
+    permission = ownership.permitted(subject, "process", list(verdict.failing), owners)
+    assert not permission.left_alone and not permission.blocked
+    for item in verdict.failing:
+        assert item.owner in {"ours", "orphaned-ours"} and item.state not in {"D", "Z"}
+
+
+def test_enums_spell_each_class_once():
+    assert {o.value for o in Owner} == {
+        "ours",
+        "orphaned-ours",
+        "another-owner",
+        "infrastructure",
+        "unknown",
+    }
+    assert {d.value for d in Disposition} == {"act", "leave", "cannot-tell"}
+    assert Health.HEALTHY.value == "healthy"
+    assert str(Owner.OURS) == "ours"
+    assert ProbeResult(1, Health.FAILING, "x").refused is False
