@@ -183,34 +183,42 @@ def test_cgroups_name_their_owner():
 def test_every_holder_is_classified_with_its_evidence():
     records = parse_owners(INCIDENT)
     result = by_pid(ownership.classify(SUBJECT, records))
-    assert result[4101].owner == "ours" and "unit sglang.service" in result[4101].evidence
+    assert result[4101].owner == "ours"
+    assert "unit sglang.service" in result[4101].evidence
     assert result[4120].owner == "ours"
-    assert result[5120].owner == "orphaned-ours" and "launcher is gone" in result[5120].evidence
-    assert result[900].owner == "infrastructure" and result[900].disposition == "leave"
+    assert result[5120].owner == "orphaned-ours"
+    assert "launcher is gone" in result[5120].evidence
+    assert result[900].owner == "infrastructure"
+    assert result[900].disposition == "leave"
     assert result[910].owner == "infrastructure"  # nv-hostengine, by unit
-    assert result[7001].owner == "another-owner" and "session-3" in result[7001].evidence
-    assert (
-        result[7101].owner == "another-owner"
-        and "container docker 7d3f0a9c41be" in result[7101].evidence
-    )
-    assert result[7201].owner == "another-owner" and "Slurm job 4242" in result[7201].evidence
-    assert result[7301].owner == "unknown" and result[7301].disposition == "cannot-tell"
-    assert result[8812].owner == "unknown" and "ps does not" in result[8812].evidence
+    assert result[7001].owner == "another-owner"
+    assert "session-3" in result[7001].evidence
+    assert result[7101].owner == "another-owner"
+    assert "container docker 7d3f0a9c41be" in result[7101].evidence
+    assert result[7201].owner == "another-owner"
+    assert "Slurm job 4242" in result[7201].evidence
+    assert result[7301].owner == "unknown"
+    assert result[7301].disposition == "cannot-tell"
+    assert result[8812].owner == "unknown"
+    assert "ps does not" in result[8812].evidence
     assert 1 not in result  # holds nothing and is not the subject's: not listed
 
 
 def test_health_decides_whether_the_subject_is_broken():
     records = parse_owners(INCIDENT)
     (probe,) = ownership.probes(SUBJECT, records)
-    assert probe.port == 30001 and probe.instance == 4101  # its own --port, not the default
-    assert "curl" in probe.command and "http://127.0.0.1:30001/health" in probe.command
+    assert probe.port == 30001
+    assert probe.instance == 4101
+    assert "curl" in probe.command
+    assert "http://127.0.0.1:30001/health" in probe.command
 
     def verdict(exit_status, stdout="", stderr=""):
         result = ownership.judge_probe(probe, exit_status, stdout, stderr)
         return by_pid(ownership.classify(SUBJECT, records, [result]))[4120]
 
     healthy = verdict(0, "200")
-    assert healthy.disposition == "leave" and "healthy" in healthy.reason
+    assert healthy.disposition == "leave"
+    assert "healthy" in healthy.reason
     assert verdict(28).disposition == "act"  # timed out
     assert verdict(0, "503").disposition == "act"
     assert verdict(127).disposition == "cannot-tell"  # no curl: cannot tell, never act
@@ -224,7 +232,8 @@ def test_health_decides_whether_the_subject_is_broken():
     )
     unknown = ownership.judge_probe(probe, 127, "", "")
     row = by_pid(ownership.classify(SUBJECT, stuck, [unknown]))[4120]
-    assert row.disposition == "act" and "D state" in row.reason
+    assert row.disposition == "act"
+    assert "D state" in row.reason
 
 
 def test_a_young_server_whose_port_is_not_open_is_starting_not_broken():
@@ -247,7 +256,8 @@ def test_a_young_server_whose_port_is_not_open_is_starting_not_broken():
     assert probe.port == 30000  # SGLang's default
     refused = ownership.judge_probe(probe, 7, "", "curl: (7) Failed to connect")
     (row,) = ownership.classify(SUBJECT, records, [refused])
-    assert row.disposition == "leave" and row.reason.startswith("starting")
+    assert row.disposition == "leave"
+    assert row.reason.startswith("starting")
 
 
 def classified(health: int = 28) -> tuple[ProcessOwner, ...]:
@@ -275,7 +285,8 @@ def test_the_engine_signals_only_ours_and_broken():
     assert len(permission.left_alone) == 4
     assert any("infrastructure" in line for line in permission.left_alone)
     blocked = ownership.permitted(SUBJECT, "process", [Pid(7301)], owners)
-    assert blocked.blocked and not blocked.allowed  # unknown: cannot tell, never acted on
+    assert blocked.blocked
+    assert not blocked.allowed
 
 
 def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_them():
@@ -283,13 +294,16 @@ def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_th
     gpus = [Gpu(i, i) for i in range(8)]
     permission = ownership.permitted(SUBJECT, "gpu", gpus, owners)
     allowed = {g.index for g in permission.allowed}
-    assert 5 not in allowed and 6 not in allowed and 7 not in allowed  # alice, a container, a job
+    assert 5 not in allowed
+    assert 6 not in allowed
+    assert 7 not in allowed
     assert {0, 1, 2} <= allowed  # ours (daemons hold them too: infrastructure is no obstacle)
     assert any(
         "cannot" in line or "unknown" in line or "told" in line for line in permission.blocked
     )
     node = ownership.permitted(SUBJECT, "node", [None], owners)
-    assert node.blocked and "--allow-node-wide" in node.blocked[0]
+    assert node.blocked
+    assert "--allow-node-wide" in node.blocked[0]
     assert "PID 7001" in node.blocked[0]
 
 
@@ -302,7 +316,8 @@ def test_a_healthy_server_is_left_alone_and_its_unit_is_not_stopped():
     unit = ownership.permitted(
         SUBJECT, "service", [type("U", (), {"unit": "sglang.service"})()], owners
     )
-    assert not unit.allowed and "healthy" in unit.left_alone[0]
+    assert not unit.allowed
+    assert "healthy" in unit.left_alone[0]
     infra = ownership.permitted(
         SUBJECT, "service", [type("U", (), {"text": "nvidia-persistenced"})()], owners
     )
@@ -454,7 +469,7 @@ def test_generated_hosts_never_see_another_owners_process_signalled(host, gate):
 def test_the_runbooks_targets_pass_the_engines_guard_unchanged(host):
     """What gpu-oom-recovery's checks pick as targets is already ours and broken: the guard
     is a second line, not the first."""
-    text, truth, (status, stdout) = host
+    text, _truth, (status, stdout) = host
     runbook = load(Path(REPO / "runbooks" / "gpu-oom-recovery.yaml"))
     subject = runbook.subject.with_parameters(
         {name: p.default for name, p in runbook.parameters.items()}
@@ -471,9 +486,11 @@ def test_the_runbooks_targets_pass_the_engines_guard_unchanged(host):
     if verdict.cannot_tell:
         return
     permission = ownership.permitted(subject, "process", list(verdict.failing), owners)
-    assert not permission.left_alone and not permission.blocked
+    assert not permission.left_alone
+    assert not permission.blocked
     for item in verdict.failing:
-        assert item.owner in {"ours", "orphaned-ours"} and item.state not in {"D", "Z"}
+        assert item.owner in {"ours", "orphaned-ours"}
+        assert item.state not in {"D", "Z"}
 
 
 def test_enums_spell_each_class_once():

@@ -67,7 +67,8 @@ def test_the_default_subject_patterns_find_sglang_and_vllm_and_nothing_else():
         "ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args",
         "fuser -v /dev/nvidia0",
     ):
-        assert not re.search(launcher, ours) and not re.search(workers, ours)
+        assert not re.search(launcher, ours)
+        assert not re.search(workers, ours)
     assert not re.search(launcher, "python3 train.py --config ablation-12.yaml")
 
 

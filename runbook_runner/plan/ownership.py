@@ -547,7 +547,7 @@ def _for_pid(pid: int, by_pid: Mapping[int, list[ProcessOwner]]) -> tuple[str, s
     row = rows[0]
     if row.disposition == Disposition.ACT:
         return None
-    said = f"PID {pid} ({(row.command or '?')[:60]}): {row.owner}: {row.reason}"
+    said = f"PID {pid} ({(row.command or '?')[:60]}): {row.owner}: {row.reason} ({row.evidence})"
     if row.disposition == Disposition.CANNOT_TELL:
         return "cannot", said
     return "leave", said
@@ -566,7 +566,7 @@ def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> tuple[str, st
         r = kept[0]
         return "leave", (
             f"GPU /dev/nvidia{minor} is left alone: PID {r.pid} ({(r.command or '?')[:60]}) "
-            f"uses it: {r.reason}"
+            f"uses it: {r.reason} ({r.evidence})"
         )
     return None
 
@@ -599,7 +599,7 @@ def _others_on_node(owners: Sequence[ProcessOwner]) -> list[str]:
         if r.owner == Owner.ANOTHER_OWNER or (
             r.owner in OURS and r.disposition == Disposition.LEAVE
         ):
-            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason}"
+            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} ({r.evidence})"
     return list(seen.values())
 
 
