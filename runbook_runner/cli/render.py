@@ -349,4 +349,36 @@ def state_json(runbook: Runbook, state: Mapping[str, Any]) -> dict[str, Any]:
         "unavailable": {
             name: value.reason for name, value in state.items() if isinstance(value, Unavailable)
         },
+        **_holders_json(runbook, state),
     }
+
+
+def _holders_json(runbook: Runbook, state: Mapping[str, Any]) -> dict[str, Any]:
+    """``holders``: each classified process once, with its GPUs, owner class, evidence and
+    verdict (only for a runbook with a subject)."""
+    owners = _first_of(runbook, state, "process-owners")
+    if runbook.subject is None or not isinstance(owners, tuple):
+        return {}
+    by_pid: dict[int, dict[str, Any]] = {}
+    for row in owners:
+        entry = by_pid.setdefault(
+            row.pid,
+            {
+                "pid": row.pid,
+                "ppid": row.ppid,
+                "user": row.user,
+                "state": row.stat,
+                "command": row.command,
+                "cgroup": row.cgroup,
+                "owner": row.owner,
+                "evidence": row.evidence,
+                "instance": row.instance,
+                "health": row.health,
+                "verdict": row.disposition,
+                "reason": row.reason,
+                "gpus": [],
+            },
+        )
+        if row.minor_number is not None:
+            entry["gpus"].append(row.minor_number)
+    return {"holders": list(by_pid.values())}
