@@ -67,9 +67,9 @@ def project(tmp_path) -> Path:
 
 def test_strict_build_renders_a_page_per_runbook(site):
     for runbook in sorted((REPO / "runbooks").glob("*.yaml")):
-        page = site / "runbooks" / runbook.stem / "index.html"
+        page = site / "runbooks" / f"{runbook.stem}.html"
         assert page.exists(), runbook.stem
-    recovery = text_of(site / "runbooks" / "gpu-oom-recovery" / "index.html")
+    recovery = text_of(site / "runbooks" / "gpu-oom-recovery.html")
     assert "nvidia-smi --gpu-reset -i {{ item.index }}" in recovery
     assert "runbook run gpu-oom-recovery --host HOST --dry-run" in recovery
 
@@ -233,16 +233,16 @@ def test_a_page_quoting_a_missing_figure_fails_the_build(project, tmp_path):
 def test_figures_metadata_and_drills_pages(site):
     from runbook_runner.simhost.scenarios import SCENARIOS
 
-    figures_page = text_of(site / "figures" / "index.html")
+    figures_page = text_of(site / "figures.html")
     for name in incident_figures():
         assert name in figures_page
     assert "8 × 300 GB = 2,400 GB (2.18 TiB)" in figures_page
-    postmortem = text_of(site / "postmortems" / "sglang-hicache-oom" / "index.html")
+    postmortem = text_of(site / "postmortems" / "sglang-hicache-oom.html")
     for label in ("Date", "Authors", "Owner", "Status", "Severity", "Hosts", "Runbooks"):
         assert f"\n{label}\n" in postmortem, label
     assert "runbook run gpu-oom-recovery --host HOST --dry-run" in postmortem
     assert "{{" not in postmortem
-    drills = text_of(site / "drills" / "index.html")
+    drills = text_of(site / "drills.html")
     for name in SCENARIOS:
         assert f"runbook drill gpu-oom-recovery --scenario {name}" in drills
     index = text_of(site / "index.html")
@@ -320,7 +320,7 @@ def generated_site(tmp_path_factory):
 def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     site_dir, page = generated_site
     assert page.stem in (page.parent.parent.parent / "mkdocs.yml").read_text()
-    built = text_of(site_dir / "postmortems" / page.stem / "index.html")
+    built = text_of(site_dir / "postmortems" / f"{page.stem}.html")
     assert "A drill, not an incident" in built
     assert "oom-crash" in built
     assert "nvidia-smi --gpu-reset -i 0" in built
@@ -328,5 +328,46 @@ def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     assert "96,413 MiB" in built
     assert "3 MiB" in built
     assert "TODO" in built
-    raw = (site_dir / "postmortems" / page.stem / "index.html").read_text()
-    assert 'href="../../runbooks/gpu-oom-recovery/' in raw
+    raw = (site_dir / "postmortems" / f"{page.stem}.html").read_text()
+    assert 'href="../runbooks/gpu-oom-recovery.html' in raw
+
+
+def _code_texts(page: Path) -> set[str]:
+    """The text of every <code> element of a built page, tags stripped and entities undone."""
+    raw = page.read_text()
+    return {
+        html.unescape(re.sub(r"<[^>]+>", "", inner))
+        for inner in re.findall(r"<code[^>]*>(.*?)</code>", raw, flags=re.S)
+    }
+
+
+def test_runbook_pages_show_each_command_byte_for_byte(site):
+    """Copy a command off a runbook page and you have the YAML's command: no backslash
+    added before a | (the table escaping did that), no characters lost."""
+    checked = 0
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        runbook = load(path)
+        codes = {c.strip() for c in _code_texts(site / "runbooks" / f"{runbook.name}.html")}
+        wanted = [o.source.strip() for o in runbook.observations.values() if o.command]
+        wanted += [step.run.source.strip() for step in runbook.steps if step.run]
+        for command in wanted:
+            assert command in codes, (runbook.name, command)
+            checked += 1
+    assert checked >= 20
+    recovery = _code_texts(site / "runbooks" / "gpu-oom-recovery.html")
+    assert "vllm serve|vllm\\.entrypoints" in recovery  # a regex in prose, whole and unescaped
+    assert not any("\\|" in c for c in recovery)
+
+
+def test_every_link_of_the_built_site_names_a_file(site):
+    """Opened from file:// there is no web server to turn a folder into its index.html: every
+    relative link must name a file that exists."""
+    broken = []
+    for page in site.rglob("*.html"):
+        for href in re.findall(r'href="([^"#?]+)(?:[#?][^"]*)?"', page.read_text()):
+            if re.match(r"^[a-z]+:", href) or href.startswith("/"):
+                continue
+            target = (page.parent / html.unescape(href)).resolve()
+            if not target.is_file():
+                broken.append((str(page.relative_to(site)), href))
+    assert broken == []

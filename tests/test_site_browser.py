@@ -97,7 +97,7 @@ def wait(driver, condition, timeout=15):
 def test_postmortem_renders_its_timeline_and_diagram(browser, served, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{served}/postmortems/sglang-hicache-oom/")
+    browser.get(f"{served}/postmortems/sglang-hicache-oom.html")
     tables = browser.find_elements(By.CSS_SELECTOR, "article table")
     assert any("3854" in table.text and "Event" in table.text for table in tables)
     # Material swaps <pre class="mermaid"> for a rendered <div class="mermaid"> once
@@ -124,7 +124,7 @@ def test_search_finds_hicache(browser, served):
 def test_runbook_page_shows_its_steps(browser, served, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{served}/runbooks/gpu-oom-recovery/")
+    browser.get(f"{served}/runbooks/gpu-oom-recovery.html")
     steps = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
     assert any("Reset only the GPUs that still hold memory" in s for s in steps)
     assert len(steps) == len(load(REPO / "runbooks" / "gpu-oom-recovery.yaml").steps)
@@ -173,7 +173,7 @@ def _full_page(browser, path: Path) -> None:
 def test_postmortem_at_phone_and_desktop_width(browser, served, shots, width):
     from selenium.webdriver.common.by import By
 
-    _at_width(browser, width, f"{served}/postmortems/sglang-hicache-oom/")
+    _at_width(browser, width, f"{served}/postmortems/sglang-hicache-oom.html")
     meta = browser.find_elements(By.CSS_SELECTOR, "article table")[0]
     assert "Severity" in meta.get_attribute("textContent")
     assert "Owner" in meta.get_attribute("textContent")
@@ -187,7 +187,7 @@ def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generat
     from selenium.webdriver.common.by import By
 
     base, stem = served_generated
-    _at_width(browser, width, f"{base}/postmortems/{stem}/")
+    _at_width(browser, width, f"{base}/postmortems/{stem}.html")
     article = browser.find_element(By.CSS_SELECTOR, "article").text
     assert "A drill, not an incident" in article
     assert "GPU 0, GPU 2" in article
@@ -198,6 +198,28 @@ def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generat
 def test_the_ladder_diagram_is_readable_at_desktop_width(browser, served):
     from selenium.webdriver.common.by import By
 
-    _at_width(browser, 1280, f"{served}/pitfalls/orphaned-gpu-memory/")
+    _at_width(browser, 1280, f"{served}/pitfalls/orphaned-gpu-memory.html")
     diagram = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.mermaid"))[0]
     assert diagram.size["height"] > 300  # top-down: one rung per row
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_links_work_from_file_urls(browser, site, width):  # noqa: F811
+    """The built site opened from disk (file://), as on a cluster with no web server: a link
+    from the home page to a runbook page, and from there to a pitfall page, each loads."""
+    from selenium.webdriver.common.by import By
+
+    _at_width(browser, width, (site / "index.html").as_uri())
+    link = browser.find_element(By.CSS_SELECTOR, 'article a[href="runbooks/gpu-oom-recovery.html"]')
+    browser.execute_script("arguments[0].click()", link)
+    wait(browser, lambda d: d.current_url.endswith("runbooks/gpu-oom-recovery.html"))
+    wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+    assert "GPU" in browser.find_element(By.CSS_SELECTOR, "article h1").text
+    more = browser.find_element(
+        By.CSS_SELECTOR, 'article a[href="../pitfalls/orphaned-gpu-memory.html"]'
+    )
+    browser.execute_script("arguments[0].click()", more)
+    wait(browser, lambda d: d.current_url.endswith("pitfalls/orphaned-gpu-memory.html"))
+    assert browser.find_element(By.CSS_SELECTOR, "article h1").text
+    _no_page_overflow(browser)
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

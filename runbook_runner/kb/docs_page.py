@@ -12,16 +12,17 @@ from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
 # A word holding a backslash, outside a code span: Markdown would eat the backslash
 # (vllm\.entrypoints -> vllm.entrypoints), so it goes into a code span, where it stays.
-_CODE_OR_BACKSLASH_WORD = re.compile(r"(`+)(.+?)\1|([^\s`]*\\[^\s`]*)")
+# A quoted string holding a backslash ('vllm serve|vllm\.entrypoints') becomes one code span.
+_CODE_OR_BACKSLASH_WORD = re.compile(r"(`+)(.+?)\1|'([^'`\s][^'`]*\\[^'`]*)'|([^\s`]*\\[^\s`]*)")
 
 
 def prose(text: str) -> str:
     """Free text from a runbook, on one line, with backslashes kept."""
 
     def keep(match: re.Match[str]) -> str:
-        if match.group(3) is None:
+        word = match.group(3) or match.group(4)
+        if word is None:
             return match.group(0)  # already a code span
-        word = match.group(3)
         return f"`` {word} ``" if "`" in word else f"`{word}`"
 
     return _CODE_OR_BACKSLASH_WORD.sub(keep, " ".join(text.split()))
@@ -37,7 +38,38 @@ _AFFECTS = {
 
 
 def _fence(text: str, language: str = "sh") -> str:
-    return f"```{language}\n{text.strip()}\n```"
+    """A fenced block holding ``text`` as it is (a fence longer than any backtick run in it)."""
+    ticks = "`" * max(3, _longest_run(text, "`") + 1)
+    return f"{ticks}{language}\n{text.strip()}\n{ticks}"
+
+
+def _longest_run(text: str, char: str) -> int:
+    runs = re.findall(re.escape(char) + "+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def _code(text: str) -> str:
+    """A code span that shows ``text`` byte for byte (Markdown keeps everything in it)."""
+    flat = " ".join(text.split())
+    ticks = "`" * (_longest_run(flat, "`") + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
+
+
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
+def table_cell(markdown: str) -> str:
+    """Markdown for a table cell: a ``|`` outside code spans escaped (it would end the cell);
+    inside a code span it is left alone, since the table splits around code spans, and an
+    escape there would be shown, and copied, as a backslash."""
+    out, at = [], 0
+    for match in _CODE_SPAN.finditer(markdown):
+        out.append(markdown[at : match.start()].replace("|", "\\|"))
+        out.append(match.group(0))
+        at = match.end()
+    out.append(markdown[at:].replace("|", "\\|"))
+    return "".join(out)
 
 
 def _duration(value: Seconds, runbook: Runbook) -> str:
@@ -211,17 +243,21 @@ def render_page(runbook: Runbook, source: str) -> str:
             if p.max is not None:
                 bounds.append(f"≤ {p.max:g}")
             extra = f" ({', '.join(bounds)})" if bounds else ""
-            description = prose(p.description).replace("|", "\\|")
+            description = table_cell(prose(p.description))
             out.append(f"| `{p.name}` | {p.type}{extra} | {default} | {description} |")
     if runbook.steps:
         out += ["", "## Steps", ""]
         for number, step in enumerate(runbook.steps, start=1):
             out += [_step(number, step, runbook), ""]
-    out += ["", "## What it observes", "", "| Name | Parser | Command |", "|---|---|---|"]
+    out += ["", "## What it observes", ""]
     for o in runbook.observations.values():
-        where = "" if o.command else " (parsed locally)"
-        command = " ".join(o.source.split()).replace("|", "\\|")
-        out.append(f"| `{o.name}` | {o.parser}{where} | `{command}` |")
+        if o.command:
+            out += [f"- `{o.name}`, read by the parser `{o.parser}` from:", ""]
+            out += ["    " + line if line else "" for line in _fence(o.source).splitlines()]
+            out.append("")
+        else:
+            out.append(f"- `{o.name}`, parsed locally by `{o.parser}` from {_code(o.source)}")
+            out.append("")
     if runbook.let:
         out += ["", "Computed values:", ""] + [
             f"- `{name}` = `{' '.join(e.source.split())}`" for name, e in runbook.let.items()
