@@ -330,6 +330,16 @@ def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     assert "TODO" in built
     raw = (site_dir / "postmortems" / f"{page.stem}.html").read_text()
     assert 'href="../runbooks/gpu-oom-recovery.html' in raw
+    # Dated by the day the drill ran (its run id), not by the simulator's fixed clock.
+    (journal,) = (page.parents[2] / "state" / "runbook-runner" / "runs").glob("*.jsonl")
+    ran = f"{journal.stem[:4]}-{journal.stem[4:6]}-{journal.stem[6:8]}"
+    assert f'date: "{ran}"' in page.read_text()
+    assert "Drill debrief" in built
+    assert "Lesson:" in built
+    assert "reset exactly the GPUs that hold it" in built
+    assert raw.count('class="rbr-run-chart"') == 2  # the figure and its SVG, inline
+    assert 'data-series="GPU 7"' in raw
+    assert 'data-action="reset-gpus"' in raw
 
 
 def _code_texts(page: Path) -> set[str]:

@@ -191,6 +191,9 @@ def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generat
     article = browser.find_element(By.CSS_SELECTOR, "article").text
     assert "A drill, not an incident" in article
     assert "GPU 0, GPU 2" in article
+    chart = browser.find_element(By.CSS_SELECTOR, "article svg.rbr-run-chart")
+    assert chart.size["width"] <= width  # scales down to a phone, drawn at any width
+    assert chart.size["height"] > 100
     _no_page_overflow(browser)
     _full_page(browser, shots / f"generated-postmortem-{width}.png")
 

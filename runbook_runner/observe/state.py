@@ -353,7 +353,9 @@ class VllmLaunchConfig:
     # and how many times the host pins --kv-offloading-size: 0 once in total (vLLM splits it
     # among the workers), 1 once per worker; None where the launch cannot tell (lmcache).
     kv_offload_path: str | None = _f("KV offload connector")
-    kv_offload_each_worker: int | None = _f("the KV offload per worker (under lmcache, LMCache sizes its own pool)")
+    kv_offload_each_worker: int | None = _f(
+        "the KV offload per worker (under lmcache, LMCache sizes its own pool)"
+    )
     gpu_memory_utilization: float | None = _f("--gpu-memory-utilization")
     model: str | None = _f("--model")
 
