@@ -300,6 +300,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
                 r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M
             )
     for name in RUNBOOK_LINK.findall(markdown):
+        if name == "index":  # the generated list of runbooks, not a runbook
+            continue
         if name not in _runbooks:
             log.warning(
                 f"docs/{source}: links the runbook {name!r}, which does not exist in runbooks/"

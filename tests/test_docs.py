@@ -139,7 +139,7 @@ HAND_WRITTEN = sorted(
     if "includes" not in p.parts
     and p.name != "TEMPLATE.md"
     # A page made by `runbook postmortem new` quotes its run's journal, not docs/data.
-    and not re.search(r"^run: ", p.read_text().split("\n---\n")[0], flags=re.M)
+    and not re.search(r"^(run|record): ", p.read_text().split("\n---\n")[0], flags=re.M)
 )
 
 
@@ -381,3 +381,80 @@ def test_every_link_of_the_built_site_names_a_file(site):
             if not target.is_file():
                 broken.append((str(page.relative_to(site)), href))
     assert broken == []
+
+
+# --- Sources a reader can follow ----------------------------------------------------------------
+
+MARKDOWN_LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
+
+
+def test_every_figure_has_a_source_a_reader_can_open():
+    """Each measured or sourced figure names a link: upstream (source at a commit, docs, the
+    issue or PR) or the session record's page in this repository. Examples are ours."""
+    for name, figure in incident_figures().items():
+        if figure.expr or figure.status == "example":
+            continue
+        links = MARKDOWN_LINK.findall(figure.source)
+        assert links, f"{name}: no link in its source: {figure.source!r}"
+        for link in links:
+            if not link.startswith("https://"):
+                page = link.split("#")[0]
+                target = REPO / "docs" / page
+                if page.startswith("runbooks/"):  # generated from runbooks/NAME.yaml
+                    target = REPO / "runbooks" / (page.removeprefix("runbooks/")[:-3] + ".yaml")
+                assert target.is_file(), (name, link)
+        if figure.status in {"observed", "configured", "inferred"}:
+            assert "sglang-hicache-oom-record.md#" in figure.source, name
+
+
+def test_no_source_points_outside_the_repository_or_the_web():
+    """The research notes behind the site ('facts §3') are not in the repository or on the
+    site: nothing may cite them, nor a path outside the repository."""
+    for path in [
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "docs" / "data").glob("*.yaml"),
+        *(REPO / "runbooks").glob("*.yaml"),
+    ]:
+        text = path.read_text()
+        assert not re.search(r"facts (§|F\d|P\d)", text), path
+        assert "shared/seed" not in text or path.name == "sglang-hicache-oom-record.md", path
+
+
+def test_pr_and_issue_numbers_are_links():
+    """'PR #35540' or 'vLLM #53042' in a page's prose is a link the reader can open."""
+    for page in HAND_WRITTEN:
+        text = prose(page.read_text())
+        text = re.sub(r"\[[^\]]*\](\([^)]*\)|\[[^\]]*\])", "", text)  # links, their text
+        text = re.sub(r"^\[[^\]]+\]: \S+$", "", text, flags=re.M)  # reference definitions
+        text = re.sub(r"<[^>]+>", "", text)
+        bare = re.findall(r"(?<![\w/#])#\d{3,}\b", text)
+        assert bare == [], (page.name, bare)
+    import yaml
+
+    def strings(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from strings(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from strings(value)
+
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        for text in strings(yaml.safe_load(path.read_text())):
+            if re.search(r"(?<![\w/])#\d{3,}\b", text):
+                assert "https://" in text, (path.name, text)
+
+
+def test_no_value_of_the_data_file_is_cut_by_a_yaml_comment():
+    """An unquoted ' #' starts a YAML comment: 'PR #35540' would print as 'PR'."""
+    for path in (REPO / "docs" / "data").glob("*.yaml"):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            key, colon, value = line.partition(": ")
+            if not colon or key.lstrip().startswith("#") or value[:1] in "\"'":
+                continue
+            assert " #" not in value, f"{path.name}:{number}: quote it: {line.strip()}"
+    note = incident_figures()["budget_35540_per_rank"].note
+    assert "35540" in note
+    assert note.endswith("available memory")

@@ -226,3 +226,40 @@ def test_links_work_from_file_urls(browser, site, width):  # noqa: F811
     assert browser.find_element(By.CSS_SELECTOR, "article h1").text
     _no_page_overflow(browser)
     browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_sizing_calculator_computes_offline(browser, site, shots, width):  # noqa: F811
+    """Opened from disk, with no network: the incident's launch does not fit, and the
+    arithmetic is on the page; the simple vLLM path counts the size once per worker."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    _at_width(browser, width, (site / "calculator.html").as_uri())
+    result = wait(
+        browser, lambda d: d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text or None
+    )
+    assert "8 ranks × 300 GB = 2,400 GB" in result
+    assert "largest --hicache-size that fits: 47 GB per rank" in result
+    assert "does NOT fit" in result
+    size = browser.find_element(By.CSS_SELECTOR, "#sizing-sglang input[name=hicache_size]")
+    size.clear()
+    size.send_keys("47")
+    wait(
+        browser,
+        lambda d: "verdict: fits" in d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text,
+    )
+    Select(browser.find_element(By.CSS_SELECTOR, "#sizing-vllm select[name=path]")).select_by_value(
+        "simple"
+    )
+    vllm = wait(
+        browser,
+        lambda d: (
+            "pinned 8 time(s)" in d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+            and d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+        ),
+    )
+    assert "2 × 8 × 40 GiB" in vllm
+    assert "= 640 GiB" in vllm
+    _no_page_overflow(browser)
+    _full_page(browser, shots / f"calculator-{width}.png")
