@@ -38,6 +38,7 @@ _runbooks: dict[str, Runbook] = {}
 _linked_from: dict[str, set[str]] = {}
 _figures: dict[str, figures_module.Figure] = {}
 _figure_files: dict[str, str] = {}
+_failure_modes: dict[str, dict] = {}
 
 # What each drill scenario replays on the site: the pages that explain it.
 DRILL_PAGES = {
@@ -219,10 +220,35 @@ def _drills_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load_failure_modes() -> None:
+    _failure_modes.clear()
+    path = DATA / "runbooks" / "failure-modes.yaml"
+    try:
+        loaded = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except yaml.YAMLError as error:
+        log.warning(f"docs/data/runbooks/failure-modes.yaml: {error}")
+        return
+    for name, entry in (loaded or {}).items():
+        keys = ("cannot_see", "stops_when", "then")
+        if not isinstance(entry, dict) or any(
+            not isinstance(entry.get(k, []), list)
+            or not all(isinstance(v, str) for v in entry.get(k, []))
+            for k in keys
+        ):
+            log.warning(
+                f"docs/data/runbooks/failure-modes.yaml: {name}: needs lists of text under "
+                + ", ".join(keys)
+                + " (quote an item holding ': ')"
+            )
+            continue
+        _failure_modes[name] = entry
+
+
 def on_files(files: Files, config) -> Files:
     _runbooks.clear()
     _linked_from.clear()
     _load_figures()
+    _load_failure_modes()
     files.append(File.generated(config, "figures.md", content=_figures_page()))
     files.append(File.generated(config, "drills.md", content=_drills_page()))
     for path in sorted(RUNBOOKS.glob("*.yaml")):
@@ -233,7 +259,7 @@ def on_files(files: Files, config) -> Files:
                 log.warning(line)
             continue
         _runbooks[runbook.name] = runbook
-        page = render_page(runbook, f"runbooks/{path.name}")
+        page = render_page(runbook, f"runbooks/{path.name}", _failure_modes.get(runbook.name))
         files.append(File.generated(config, f"runbooks/{runbook.name}.md", content=page))
         for doc in runbook.docs:
             if files.get_file_from_path(doc) is None:

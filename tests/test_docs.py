@@ -458,3 +458,29 @@ def test_no_value_of_the_data_file_is_cut_by_a_yaml_comment():
     note = incident_figures()["budget_35540_per_rank"].note
     assert "35540" in note
     assert note.endswith("available memory")
+
+
+def test_every_runbook_page_says_when_it_cannot_help(site):
+    """What it cannot see, when it stops, what to do then: written for every runbook shipped,
+    shown on its page."""
+    import yaml
+
+    written = yaml.safe_load(
+        (REPO / "docs" / "data" / "runbooks" / "failure-modes.yaml").read_text()
+    )
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        entry = written[path.stem]
+        assert entry["cannot_see"]
+        assert entry["stops_when"]
+        assert entry["then"]
+        page = text_of(site / "runbooks" / f"{path.stem}.html")
+        for heading in (
+            "When it cannot help",
+            "What it cannot see",
+            "When it stops",
+            "What to do then",
+        ):
+            assert heading in page, (path.stem, heading)
+        first = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", entry["cannot_see"][0])
+        assert " ".join(first.split()[:6]) in " ".join(page.split()), path.stem
+        assert "No failure modes are written" not in page

@@ -7,6 +7,8 @@ time, so the page and the YAML can never drift apart.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
@@ -155,7 +157,58 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     return "\n".join(lines)
 
 
-def render_page(runbook: Runbook, source: str) -> str:
+def failure_modes(runbook: Runbook, written: Mapping[str, Any] | None) -> list[str]:
+    """The page's "When it cannot help" section: what the runbook cannot see, when it stops,
+    what to do then. ``written``: the runbook's entry in docs/data/runbooks/failure-modes.yaml;
+    what the YAML itself tells (its observations, "cannot tell", the exit codes) is added."""
+    written = written or {}
+
+    def items(key: str) -> list[str]:
+        value = written.get(key) or []
+        return [f"- {prose(str(v))}" for v in value] if isinstance(value, list) else []
+
+    observed = ", ".join(f"`{name}`" for name in runbook.observations)
+    out = [
+        "## When it cannot help",
+        "",
+        "### What it cannot see",
+        "",
+        *items("cannot_see"),
+        f"- Anything beyond what it observes ({observed}): it acts only on those.",
+        "",
+        "### When it stops",
+        "",
+        *items("stops_when"),
+        "- A check it cannot evaluate (an observation failed, a value was not reported) is "
+        "*cannot tell*: never ok, never failing. "
+        + (
+            "A step that would act on it is blocked, and the run stops before it."
+            if runbook.steps
+            else "The goal is then not known to hold."
+        ),
+        "- Exit codes: 0 the goal holds, 1 it does not, 2 bad input, 3 the host cannot be "
+        "reached"
+        + (
+            ", 4 you declined a step, 5 another run holds the host's lock."
+            if runbook.steps
+            else "."
+        ),
+        "",
+        "### What to do then",
+        "",
+        *items("then"),
+    ]
+    if not written:
+        out.append(
+            "- No failure modes are written for this runbook yet: add its entry to "
+            "`docs/data/runbooks/failure-modes.yaml`."
+        )
+    return [*out, ""]
+
+
+def render_page(
+    runbook: Runbook, source: str, written_failure_modes: Mapping[str, Any] | None = None
+) -> str:
     """The Markdown of a runbook's page; ``source`` is its path in the repository."""
     kind = (
         f"destructive, blast radius **{runbook.blast_radius}**"
@@ -223,6 +276,7 @@ def render_page(runbook: Runbook, source: str) -> str:
     others = [n for n in runbook.checks if n not in runbook.goal]
     if others:
         out += ["", "Other checks the steps use:", ""] + [_check_line(runbook, n) for n in others]
+    out += ["", *failure_modes(runbook, written_failure_modes)]
     if runbook.parameters:
         out += [
             "",
