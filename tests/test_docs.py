@@ -484,3 +484,18 @@ def test_every_runbook_page_says_when_it_cannot_help(site):
         first = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", entry["cannot_see"][0])
         assert " ".join(first.split()[:6]) in " ".join(page.split()), path.stem
         assert "No failure modes are written" not in page
+
+
+def test_the_template_and_the_postmortem_have_response_clock_times_and_owned_actions():
+    for page in ("TEMPLATE.md", "sglang-hicache-oom.md"):
+        text = (REPO / "docs" / "postmortems" / page).read_text()
+        assert "\n## Response\n" in text, page
+        assert "| Item | Type | Owner | Ticket | Due | Status |" in text, page
+        rows = text.split("| Item | Type | Owner | Ticket | Due | Status |")[1].split("\n\n")[0]
+        for row in rows.strip().splitlines()[1:]:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert len(cells) == 6, (page, row)
+            assert all(cells), (page, row)  # owner, ticket and due each say something
+    seed = (REPO / "docs" / "postmortems" / "sglang-hicache-oom.md").read_text()
+    assert "Clock times: **unknown**" in seed
+    assert "When: **unknown**" in seed
