@@ -125,7 +125,9 @@ def test_runbook_page_shows_its_steps(browser, served, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
     browser.get(f"{served}/runbooks/gpu-oom-recovery.html")
-    steps = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
+    steps = [h for h in headings if h[:1].isdigit()]  # "3. Reset ...": the steps' headings
+    assert "When it stops" in " ".join(headings)
     assert any("Reset only the GPUs that still hold memory" in s for s in steps)
     assert len(steps) == len(load(REPO / "runbooks" / "gpu-oom-recovery.yaml").steps)
     danger = browser.find_elements(By.CSS_SELECTOR, "article .admonition.danger")
