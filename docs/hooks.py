@@ -1,6 +1,7 @@
 """MkDocs hooks: one page per runbook, rendered from runbooks/*.yaml, and links checked both ways.
 
-- Every runbook becomes ``runbooks/NAME.md`` at build time (no hand-written copy exists).
+- Every runbook becomes ``runbooks/NAME.md`` at build time (no hand-written copy exists),
+  with its failure modes from ``docs/data/runbooks/failure-modes.yaml``.
 - A runbook naming a docs page that does not exist, a page linking a runbook that does not
   exist, and a runbook that no page links to are each reported; ``mkdocs build --strict``
   fails on them.
