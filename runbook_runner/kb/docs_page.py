@@ -174,7 +174,7 @@ def failure_modes(runbook: Runbook, written: Mapping[str, Any] | None) -> list[s
         "### What it cannot see",
         "",
         *items("cannot_see"),
-        f"- Anything beyond what it observes ({observed}): it acts only on those.",
+        f"- Anything beyond what it observes ({observed}): it knows only what those show.",
         "",
         "### When it stops",
         "",
