@@ -1,6 +1,7 @@
 """MkDocs hooks: one page per runbook, rendered from runbooks/*.yaml, and links checked both ways.
 
-- Every runbook becomes ``runbooks/NAME.md`` at build time (no hand-written copy exists).
+- Every runbook becomes ``runbooks/NAME.md`` at build time (no hand-written copy exists),
+  with its failure modes from ``docs/data/runbooks/failure-modes.yaml``.
 - A runbook naming a docs page that does not exist, a page linking a runbook that does not
   exist, and a runbook that no page links to are each reported; ``mkdocs build --strict``
   fails on them.
@@ -38,6 +39,7 @@ _runbooks: dict[str, Runbook] = {}
 _linked_from: dict[str, set[str]] = {}
 _figures: dict[str, figures_module.Figure] = {}
 _figure_files: dict[str, str] = {}
+_failure_modes: dict[str, dict] = {}
 
 # What each drill scenario replays on the site: the pages that explain it.
 DRILL_PAGES = {
@@ -219,10 +221,35 @@ def _drills_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load_failure_modes() -> None:
+    _failure_modes.clear()
+    path = DATA / "runbooks" / "failure-modes.yaml"
+    try:
+        loaded = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except yaml.YAMLError as error:
+        log.warning(f"docs/data/runbooks/failure-modes.yaml: {error}")
+        return
+    for name, entry in (loaded or {}).items():
+        keys = ("cannot_see", "stops_when", "then")
+        if not isinstance(entry, dict) or any(
+            not isinstance(entry.get(k, []), list)
+            or not all(isinstance(v, str) for v in entry.get(k, []))
+            for k in keys
+        ):
+            log.warning(
+                f"docs/data/runbooks/failure-modes.yaml: {name}: needs lists of text under "
+                + ", ".join(keys)
+                + " (quote an item holding ': ')"
+            )
+            continue
+        _failure_modes[name] = entry
+
+
 def on_files(files: Files, config) -> Files:
     _runbooks.clear()
     _linked_from.clear()
     _load_figures()
+    _load_failure_modes()
     files.append(File.generated(config, "figures.md", content=_figures_page()))
     files.append(File.generated(config, "drills.md", content=_drills_page()))
     for path in sorted(RUNBOOKS.glob("*.yaml")):
@@ -233,7 +260,7 @@ def on_files(files: Files, config) -> Files:
                 log.warning(line)
             continue
         _runbooks[runbook.name] = runbook
-        page = render_page(runbook, f"runbooks/{path.name}")
+        page = render_page(runbook, f"runbooks/{path.name}", _failure_modes.get(runbook.name))
         files.append(File.generated(config, f"runbooks/{runbook.name}.md", content=page))
         for doc in runbook.docs:
             if files.get_file_from_path(doc) is None:
@@ -300,6 +327,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
                 r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M
             )
     for name in RUNBOOK_LINK.findall(markdown):
+        if name == "index":  # the generated list of runbooks, not a runbook
+            continue
         if name not in _runbooks:
             log.warning(
                 f"docs/{source}: links the runbook {name!r}, which does not exist in runbooks/"

@@ -244,7 +244,11 @@ class Runner:
 
     def check(self, check_names: Sequence[str]) -> tuple[dict[str, Any], list[CheckResult]]:
         state = self.observe(self.observations_for(check_names))
-        return state, evaluate_checks(check_names, self.runbook, state, self.params, self.changed)
+        results = evaluate_checks(check_names, self.runbook, state, self.params, self.changed)
+        # Journalled as a "poll": the run's picture over time (a postmortem's chart) is drawn
+        # from these, between the "before" and "after" of the goal.
+        self.on_event(Observed("poll", state, tuple(results)))
+        return state, results
 
     def check_goal(self, label: str) -> Observed:
         state = self.observe()

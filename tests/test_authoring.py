@@ -170,7 +170,9 @@ def test_a_new_tmp_free_space_runbook_from_new_to_the_site(project, capsys, tmp_
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    page = (site / "runbooks" / "tmp-free-space" / "index.html").read_text()
+    assert '- "Tmp free space": runbooks/tmp-free-space.md' in (project / "mkdocs.yml").read_text()
+    page = (site / "runbooks" / "tmp-free-space.html").read_text()
+    assert 'href="tmp-free-space.html"' in page  # the nav lists it
     text = html.unescape(re.sub(r"<[^>]+>", "", page))
     assert "available_bytes >= min_free_bytes" in text
     assert "vllm\\.entrypoints" in text  # the description's backslash survives Markdown

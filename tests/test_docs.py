@@ -67,9 +67,9 @@ def project(tmp_path) -> Path:
 
 def test_strict_build_renders_a_page_per_runbook(site):
     for runbook in sorted((REPO / "runbooks").glob("*.yaml")):
-        page = site / "runbooks" / runbook.stem / "index.html"
+        page = site / "runbooks" / f"{runbook.stem}.html"
         assert page.exists(), runbook.stem
-    recovery = text_of(site / "runbooks" / "gpu-oom-recovery" / "index.html")
+    recovery = text_of(site / "runbooks" / "gpu-oom-recovery.html")
     assert "nvidia-smi --gpu-reset -i {{ item.index }}" in recovery
     assert "runbook run gpu-oom-recovery --host HOST --dry-run" in recovery
 
@@ -139,7 +139,7 @@ HAND_WRITTEN = sorted(
     if "includes" not in p.parts
     and p.name != "TEMPLATE.md"
     # A page made by `runbook postmortem new` quotes its run's journal, not docs/data.
-    and not re.search(r"^run: ", p.read_text().split("\n---\n")[0], flags=re.M)
+    and not re.search(r"^(run|record): ", p.read_text().split("\n---\n")[0], flags=re.M)
 )
 
 
@@ -233,16 +233,16 @@ def test_a_page_quoting_a_missing_figure_fails_the_build(project, tmp_path):
 def test_figures_metadata_and_drills_pages(site):
     from runbook_runner.simhost.scenarios import SCENARIOS
 
-    figures_page = text_of(site / "figures" / "index.html")
+    figures_page = text_of(site / "figures.html")
     for name in incident_figures():
         assert name in figures_page
     assert "8 × 300 GB = 2,400 GB (2.18 TiB)" in figures_page
-    postmortem = text_of(site / "postmortems" / "sglang-hicache-oom" / "index.html")
+    postmortem = text_of(site / "postmortems" / "sglang-hicache-oom.html")
     for label in ("Date", "Authors", "Owner", "Status", "Severity", "Hosts", "Runbooks"):
         assert f"\n{label}\n" in postmortem, label
     assert "runbook run gpu-oom-recovery --host HOST --dry-run" in postmortem
     assert "{{" not in postmortem
-    drills = text_of(site / "drills" / "index.html")
+    drills = text_of(site / "drills.html")
     for name in SCENARIOS:
         assert f"runbook drill gpu-oom-recovery --scenario {name}" in drills
     index = text_of(site / "index.html")
@@ -320,7 +320,7 @@ def generated_site(tmp_path_factory):
 def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     site_dir, page = generated_site
     assert page.stem in (page.parent.parent.parent / "mkdocs.yml").read_text()
-    built = text_of(site_dir / "postmortems" / page.stem / "index.html")
+    built = text_of(site_dir / "postmortems" / f"{page.stem}.html")
     assert "A drill, not an incident" in built
     assert "oom-crash" in built
     assert "nvidia-smi --gpu-reset -i 0" in built
@@ -328,5 +328,174 @@ def test_a_drill_run_becomes_a_postmortem_that_builds_strictly(generated_site):
     assert "96,413 MiB" in built
     assert "3 MiB" in built
     assert "TODO" in built
-    raw = (site_dir / "postmortems" / page.stem / "index.html").read_text()
-    assert 'href="../../runbooks/gpu-oom-recovery/' in raw
+    raw = (site_dir / "postmortems" / f"{page.stem}.html").read_text()
+    assert 'href="../runbooks/gpu-oom-recovery.html' in raw
+    # Dated by the day the drill ran (its run id), not by the simulator's fixed clock.
+    (journal,) = (page.parents[2] / "state" / "runbook-runner" / "runs").glob("*.jsonl")
+    ran = f"{journal.stem[:4]}-{journal.stem[4:6]}-{journal.stem[6:8]}"
+    assert f'date: "{ran}"' in page.read_text()
+    assert "Drill debrief" in built
+    assert "Lesson:" in built
+    assert "reset exactly the GPUs that hold it" in built
+    assert raw.count('class="rbr-run-chart"') == 2  # the figure and its SVG, inline
+    assert 'data-series="GPU 7"' in raw
+    assert 'data-action="reset-gpus"' in raw
+
+
+def _code_texts(page: Path) -> set[str]:
+    """The text of every <code> element of a built page, tags stripped and entities undone."""
+    raw = page.read_text()
+    return {
+        html.unescape(re.sub(r"<[^>]+>", "", inner))
+        for inner in re.findall(r"<code[^>]*>(.*?)</code>", raw, flags=re.S)
+    }
+
+
+def test_runbook_pages_show_each_command_byte_for_byte(site):
+    """Copy a command off a runbook page and you have the YAML's command: no backslash
+    added before a | (the table escaping did that), no characters lost."""
+    checked = 0
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        runbook = load(path)
+        codes = {c.strip() for c in _code_texts(site / "runbooks" / f"{runbook.name}.html")}
+        wanted = [o.source.strip() for o in runbook.observations.values() if o.command]
+        wanted += [step.run.source.strip() for step in runbook.steps if step.run]
+        for command in wanted:
+            assert command in codes, (runbook.name, command)
+            checked += 1
+    assert checked >= 20
+    recovery = _code_texts(site / "runbooks" / "gpu-oom-recovery.html")
+    assert "vllm serve|vllm\\.entrypoints" in recovery  # a regex in prose, whole and unescaped
+    assert not any("\\|" in c for c in recovery)
+
+
+def test_every_link_of_the_built_site_names_a_file(site):
+    """Opened from file:// there is no web server to turn a folder into its index.html: every
+    relative link must name a file that exists."""
+    broken = []
+    for page in site.rglob("*.html"):
+        for href in re.findall(r'href="([^"#?]+)(?:[#?][^"]*)?"', page.read_text()):
+            if re.match(r"^[a-z]+:", href) or href.startswith("/"):
+                continue
+            target = (page.parent / html.unescape(href)).resolve()
+            if not target.is_file():
+                broken.append((str(page.relative_to(site)), href))
+    assert broken == []
+
+
+# --- Sources a reader can follow ----------------------------------------------------------------
+
+MARKDOWN_LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
+
+
+def test_every_figure_has_a_source_a_reader_can_open():
+    """Each measured or sourced figure names a link: upstream (source at a commit, docs, the
+    issue or PR) or the session record's page in this repository. Examples are ours."""
+    for name, figure in incident_figures().items():
+        if figure.expr or figure.status == "example":
+            continue
+        links = MARKDOWN_LINK.findall(figure.source)
+        assert links, f"{name}: no link in its source: {figure.source!r}"
+        for link in links:
+            if not link.startswith("https://"):
+                page = link.split("#")[0]
+                target = REPO / "docs" / page
+                if page.startswith("runbooks/"):  # generated from runbooks/NAME.yaml
+                    target = REPO / "runbooks" / (page.removeprefix("runbooks/")[:-3] + ".yaml")
+                assert target.is_file(), (name, link)
+        if figure.status in {"observed", "configured", "inferred"}:
+            assert "sglang-hicache-oom-record.md#" in figure.source, name
+
+
+def test_no_source_points_outside_the_repository_or_the_web():
+    """The research notes behind the site ('facts §3') are not in the repository or on the
+    site: nothing may cite them, nor a path outside the repository."""
+    for path in [
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "docs" / "data").glob("*.yaml"),
+        *(REPO / "runbooks").glob("*.yaml"),
+    ]:
+        text = path.read_text()
+        assert not re.search(r"facts (§|F\d|P\d)", text), path
+        assert "shared/seed" not in text or path.name == "sglang-hicache-oom-record.md", path
+
+
+def test_pr_and_issue_numbers_are_links():
+    """'PR #35540' or 'vLLM #53042' in a page's prose is a link the reader can open."""
+    for page in HAND_WRITTEN:
+        text = prose(page.read_text())
+        text = re.sub(r"\[[^\]]*\](\([^)]*\)|\[[^\]]*\])", "", text)  # links, their text
+        text = re.sub(r"^\[[^\]]+\]: \S+$", "", text, flags=re.M)  # reference definitions
+        text = re.sub(r"<[^>]+>", "", text)
+        bare = re.findall(r"(?<![\w/#])#\d{3,}\b", text)
+        assert bare == [], (page.name, bare)
+    import yaml
+
+    def strings(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from strings(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from strings(value)
+
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        for text in strings(yaml.safe_load(path.read_text())):
+            if re.search(r"(?<![\w/])#\d{3,}\b", text):
+                assert "https://" in text, (path.name, text)
+
+
+def test_no_value_of_the_data_file_is_cut_by_a_yaml_comment():
+    """An unquoted ' #' starts a YAML comment: 'PR #35540' would print as 'PR'."""
+    for path in (REPO / "docs" / "data").glob("*.yaml"):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            key, colon, value = line.partition(": ")
+            if not colon or key.lstrip().startswith("#") or value[:1] in "\"'":
+                continue
+            assert " #" not in value, f"{path.name}:{number}: quote it: {line.strip()}"
+    note = incident_figures()["budget_35540_per_rank"].note
+    assert "35540" in note
+    assert note.endswith("available memory")
+
+
+def test_every_runbook_page_says_when_it_cannot_help(site):
+    """What it cannot see, when it stops, what to do then: written for every runbook shipped,
+    shown on its page."""
+    import yaml
+
+    written = yaml.safe_load(
+        (REPO / "docs" / "data" / "runbooks" / "failure-modes.yaml").read_text()
+    )
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        entry = written[path.stem]
+        assert entry["cannot_see"]
+        assert entry["stops_when"]
+        assert entry["then"]
+        page = text_of(site / "runbooks" / f"{path.stem}.html")
+        for heading in (
+            "When it cannot help",
+            "What it cannot see",
+            "When it stops",
+            "What to do then",
+        ):
+            assert heading in page, (path.stem, heading)
+        first = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", entry["cannot_see"][0])
+        assert " ".join(first.split()[:6]) in " ".join(page.split()), path.stem
+        assert "No failure modes are written" not in page
+
+
+def test_the_template_and_the_postmortem_have_response_clock_times_and_owned_actions():
+    for page in ("TEMPLATE.md", "sglang-hicache-oom.md"):
+        text = (REPO / "docs" / "postmortems" / page).read_text()
+        assert "\n## Response\n" in text, page
+        assert "| Item | Type | Owner | Ticket | Due | Status |" in text, page
+        rows = text.split("| Item | Type | Owner | Ticket | Due | Status |")[1].split("\n\n")[0]
+        for row in rows.strip().splitlines()[1:]:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert len(cells) == 6, (page, row)
+            assert all(cells), (page, row)  # owner, ticket and due each say something
+    seed = (REPO / "docs" / "postmortems" / "sglang-hicache-oom.md").read_text()
+    assert "Clock times: **unknown**" in seed
+    assert "When: **unknown**" in seed

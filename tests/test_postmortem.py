@@ -79,7 +79,7 @@ def events(host: str = "gpu-7", drill: str | None = None, output: str = "") -> l
 
 def test_the_run_fills_metadata_timeline_targets_and_state():
     page = draft(events(), known_runbooks={"gpu-oom-recovery"})
-    assert page.filename == "gpu-oom-recovery-on-gpu-7-2026-11-30.md"
+    assert page.filename == "gpu-oom-recovery-on-gpu-7-2026-11-30-14-00-utc.md"
     front = page.markdown.split("---\n")[1]
     assert 'hosts: ["gpu-7"]' in front
     assert 'outcome: "goal holds (reached by reset-gpus)"' in front
@@ -122,7 +122,7 @@ def test_host_text_stays_inert():
     for line in body.splitlines():
         if line.startswith("| ") and "---" not in line:
             cells = re.split(r"(?<!\\)\|", line)
-            assert len(cells) in (4, 5, 6, 7), line
+            assert len(cells) in (4, 5, 6, 7, 8), line
     assert page.filename.endswith(".md")
     assert "/" not in page.filename
 
@@ -189,11 +189,17 @@ def test_the_command_writes_the_page_and_the_nav_and_never_overwrites(tmp_path, 
     assert main(args) == ExitCode.OK
     pages = sorted(p.name for p in (tmp_path / "docs" / "postmortems").glob("*.md"))
     assert pages == [
-        "drill-gpu-oom-recovery-on-the-oom-crash-scenario-2026-11-30-v2.md",
-        "drill-gpu-oom-recovery-on-the-oom-crash-scenario-2026-11-30.md",
+        "drill-gpu-oom-recovery-oom-crash-scenario-2026-11-30-14-00-utc-2.md",
+        "drill-gpu-oom-recovery-oom-crash-scenario-2026-11-30-14-00-utc.md",
     ]
     nav = (tmp_path / "mkdocs.yml").read_text()
     assert all(f"postmortems/{page}" in nav for page in pages)
+    # Two pages, two titles: the second is told apart in the nav and on its page.
+    titles = re.findall(r'^\s+- "(Drill: [^"]*)": postmortems/', nav, flags=re.M)
+    assert titles == [
+        "Drill: gpu-oom-recovery, oom-crash scenario, 2026-11-30 14:00 UTC",
+        "Drill: gpu-oom-recovery, oom-crash scenario, 2026-11-30 14:00 UTC (2)",
+    ]
     assert "(a drill)" in capsys.readouterr().out
 
 
@@ -206,3 +212,176 @@ def test_the_command_refuses_a_folder_that_is_not_a_site(tmp_path, capsys):
     assert code == ExitCode.BAD_INPUT
     assert "needs" in capsys.readouterr().err
     assert main(["postmortem", "new", "--from-run", "no-such-run"]) == ExitCode.BAD_INPUT
+
+
+# --- A drill's draft: today's date, the debrief, no control characters, the chart --------------
+
+
+def simulated_drill(run: str = "20261202T091500Z-gpu-oom-recovery-127.0.0.1-f891") -> list[dict]:
+    """A drill's journal: stamped by the simulator's fixed clock (2026-11-30), its run id
+    named from the wall clock (2026-12-02 09:15), with polls between 'before' and 'after'."""
+    out = events(drill="oom-crash")
+    out[0] = {**out[0], "run": run, "simulated_time": True}
+    gpus = lambda held: [  # noqa: E731
+        {"index": i, "memory_used_mib": held if i in (0, 2) else 3, "memory_total_mib": 97887}
+        for i in range(4)
+    ]
+    memory = lambda gib: {"total_bytes": 449 * 2**30, "available_bytes": gib * 2**30}  # noqa: E731
+    out[1]["state"] = {"gpus": gpus(96413), "memory": memory(120)}
+    polls = [
+        {
+            "t": f"2026-11-30T14:00:0{n}.500Z",
+            "event": "observed",
+            "label": "poll",
+            "state": {"gpus": gpus(96413), "memory": memory(120 + 100 * n)},
+            "checks": [],
+        }
+        for n in (1, 2)
+    ]
+    out[6]["state"] = {"gpus": gpus(3), "memory": memory(440)}
+    skipped = [
+        {
+            "t": "2026-11-30T14:00:09.500Z",
+            "event": "step-end",
+            "id": f"rung-{n}",
+            "status": "skipped",
+            "duration_s": 0.0,
+            "message": "nothing to do",
+        }
+        for n in range(5)
+    ]
+    drill_end = {
+        "t": "2026-11-30T14:00:11.000Z",
+        "event": "drill-end",
+        "scenario": "oom-crash",
+        "timeline": [{"at_s": 2.1, "action": "reset GPU 0"}],
+        "expert": ["reset GPU 0", "reset GPU 2"],
+        "extra": [],
+        "missing": ["reset GPU 2"],
+        "recovery_s": 10.5,
+        "ideal_s": 40,
+        "in_time": True,
+    }
+    return out[:2] + polls + out[2:6] + skipped + out[6:] + [drill_end]
+
+
+SCENARIO = {
+    "wrong": "orphaned memory on GPUs 0 and 2, no process left",
+    "expert": "wait briefly; then reset GPUs 0 and 2 only",
+    "lesson": "memory with no process left is orphaned: reset exactly the GPUs that hold it",
+    "page": "pitfalls/orphaned-gpu-memory.md",
+}
+
+
+def test_a_drill_is_dated_the_day_it_ran_not_by_the_simulator():
+    page = draft(simulated_drill(), known_runbooks={"gpu-oom-recovery"}, scenario=SCENARIO)
+    front = page.markdown.split("---\n")[1]
+    assert 'date: "2026-12-02"' in front
+    assert "2026-12-02 09:15 UTC" in page.title
+    assert "(simulated clock)" in front  # its stamps are said to be the simulator's
+    assert "simulator's clock" in page.markdown
+    assert "2026-11-30" not in page.title
+
+
+def test_a_real_run_is_dated_by_its_own_stamps_and_today_is_the_last_resort():
+    assert draft(events()).markdown.count('date: "2026-11-30"') == 1
+    start = {"event": "run-start", "drill": "x", "run": "not-a-stamp"}
+    assert draft([start], today="2026-12-24").markdown.count('date: "2026-12-24"') == 1
+
+
+def test_a_drill_draft_holds_the_debrief_and_its_lesson():
+    page = draft(simulated_drill(), known_runbooks={"gpu-oom-recovery"}, scenario=SCENARIO)
+    debrief = page.markdown.split("## Drill debrief\n")[1].split("\n## ")[0]
+    assert "orphaned memory on GPUs 0 and 2" in debrief
+    assert "reset GPU 0 at \\+2.1 s" in debrief
+    assert "wait briefly; then reset GPUs 0 and 2 only" in debrief
+    assert "reset GPU 2 missing (the expert would)" in debrief
+    assert "10.5 s simulated, against the expert's 40 s" in debrief
+    assert "reset exactly the GPUs that hold it" in text(page.markdown) or (
+        "reset exactly the GPUs that hold it" in debrief.replace("\\", "")
+    )
+    assert "](../pitfalls/orphaned-gpu-memory.md)" in debrief
+
+
+def test_skipped_rungs_fold_into_one_line():
+    page = draft(simulated_drill(), known_runbooks={"gpu-oom-recovery"})
+    resolution = page.markdown.split("## Resolution\n")[1].split("\n## ")[0]
+    assert "rung-0" not in resolution.split("Skipped")[0]  # not a row of the table
+    assert resolution.count("Skipped, with nothing to do (5 rungs)") == 1
+    timeline = page.markdown.split("## Timeline\n")[1].split("\n## ")[0]
+    assert timeline.count("5 rungs skipped: ") == 1
+    rows = [line for line in timeline.splitlines() if "rung-" in line]
+    assert len(rows) == 1
+    assert all(f"rung-{n}</code>" in rows[0] for n in range(5))
+
+
+CONTROL = "\x1b]0;owned\x07\x1b[2J\u202egnp.exe"
+
+
+def test_control_characters_reach_neither_markdown_nor_html():
+    hostile = simulated_drill()
+    hostile[0] = {**hostile[0], "host": CONTROL, "operator": CONTROL}
+    for event in hostile:
+        if event.get("event") == "step-end":
+            event["message"] = CONTROL
+    page = draft(hostile, title=None, known_runbooks=set(), scenario={"wrong": CONTROL})
+    for char in ("\x1b", "\x07", "\u202e"):
+        assert char not in page.markdown
+        assert char not in page.title
+    assert "\\x1b" in page.markdown or "&#92;x1b" in page.markdown  # shown, not dropped
+
+
+def _svg_series(markdown: str) -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
+    import xml.etree.ElementTree as ET
+
+    svg = markdown[markdown.index("<svg") : markdown.index("</svg>") + len("</svg>")]
+    root = ET.fromstring(svg)  # noqa: S314  (our own output, in a test)
+    ns = "{http://www.w3.org/2000/svg}"
+    series = {
+        g.get("data-series"): [
+            (float(c.get("data-t")), float(c.get("data-value"))) for c in g.iter(f"{ns}circle")
+        ]
+        for g in root.iter(f"{ns}g")
+        if g.get("class") == "series"
+    }
+    actions = {
+        g.get("data-action"): float(g.get("data-t"))
+        for g in root.iter(f"{ns}g")
+        if g.get("class") == "action"
+    }
+    return series, actions
+
+
+def test_the_drill_draft_charts_every_gpu_and_the_host_with_the_journals_values():
+    journal = simulated_drill()
+    page = draft(journal, known_runbooks={"gpu-oom-recovery"})
+    assert "## The run at a glance" in page.markdown
+    series, actions = _svg_series(page.markdown)
+    assert sorted(series) == ["GPU 0", "GPU 1", "GPU 2", "GPU 3", "host available"]
+    # The journal's observed states, read independently: (seconds from the start, value).
+    from datetime import datetime
+
+    def at(stamp: str) -> float:
+        return (
+            datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            - datetime.fromisoformat(journal[0]["t"].replace("Z", "+00:00"))
+        ).total_seconds()
+
+    observed = [e for e in journal if e["event"] == "observed"]
+    for index in range(4):
+        want = [
+            (at(e["t"]), g["memory_used_mib"])
+            for e in observed
+            for g in e["state"]["gpus"]
+            if g["index"] == index
+        ]
+        assert series[f"GPU {index}"] == want
+    host = [(at(e["t"]), e["state"]["memory"]["available_bytes"] / 2**30) for e in observed]
+    assert series["host available"] == host
+    # The confirmed action, marked at its time.
+    assert actions == {"reset-gpus": at("2026-11-30T14:00:02.100Z")}
+    assert ">reset-gpus (GPU 0) (+2.1 s)<" in page.markdown
+    # Readable on the light and the dark theme: text and axes follow the page's colour.
+    assert 'fill="currentColor"' in page.markdown
+    assert "<script" not in page.markdown
+    assert "http://" not in page.markdown.replace('xmlns="http://www.w3.org/2000/svg"', "")

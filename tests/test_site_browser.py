@@ -97,7 +97,7 @@ def wait(driver, condition, timeout=15):
 def test_postmortem_renders_its_timeline_and_diagram(browser, served, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{served}/postmortems/sglang-hicache-oom/")
+    browser.get(f"{served}/postmortems/sglang-hicache-oom.html")
     tables = browser.find_elements(By.CSS_SELECTOR, "article table")
     assert any("3854" in table.text and "Event" in table.text for table in tables)
     # Material swaps <pre class="mermaid"> for a rendered <div class="mermaid"> once
@@ -124,8 +124,10 @@ def test_search_finds_hicache(browser, served):
 def test_runbook_page_shows_its_steps(browser, served, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{served}/runbooks/gpu-oom-recovery/")
-    steps = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
+    browser.get(f"{served}/runbooks/gpu-oom-recovery.html")
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "article h3")]
+    steps = [h for h in headings if h[:1].isdigit()]  # "3. Reset ...": the steps' headings
+    assert "When it stops" in " ".join(headings)
     assert any("Reset only the GPUs that still hold memory" in s for s in steps)
     assert len(steps) == len(load(REPO / "runbooks" / "gpu-oom-recovery.yaml").steps)
     danger = browser.find_elements(By.CSS_SELECTOR, "article .admonition.danger")
@@ -173,7 +175,7 @@ def _full_page(browser, path: Path) -> None:
 def test_postmortem_at_phone_and_desktop_width(browser, served, shots, width):
     from selenium.webdriver.common.by import By
 
-    _at_width(browser, width, f"{served}/postmortems/sglang-hicache-oom/")
+    _at_width(browser, width, f"{served}/postmortems/sglang-hicache-oom.html")
     meta = browser.find_elements(By.CSS_SELECTOR, "article table")[0]
     assert "Severity" in meta.get_attribute("textContent")
     assert "Owner" in meta.get_attribute("textContent")
@@ -187,10 +189,13 @@ def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generat
     from selenium.webdriver.common.by import By
 
     base, stem = served_generated
-    _at_width(browser, width, f"{base}/postmortems/{stem}/")
+    _at_width(browser, width, f"{base}/postmortems/{stem}.html")
     article = browser.find_element(By.CSS_SELECTOR, "article").text
     assert "A drill, not an incident" in article
     assert "GPU 0, GPU 2" in article
+    chart = browser.find_element(By.CSS_SELECTOR, "article svg.rbr-run-chart")
+    assert chart.size["width"] <= width  # scales down to a phone, drawn at any width
+    assert chart.size["height"] > 100
     _no_page_overflow(browser)
     _full_page(browser, shots / f"generated-postmortem-{width}.png")
 
@@ -198,6 +203,65 @@ def test_generated_postmortem_at_phone_and_desktop_width(browser, served_generat
 def test_the_ladder_diagram_is_readable_at_desktop_width(browser, served):
     from selenium.webdriver.common.by import By
 
-    _at_width(browser, 1280, f"{served}/pitfalls/orphaned-gpu-memory/")
+    _at_width(browser, 1280, f"{served}/pitfalls/orphaned-gpu-memory.html")
     diagram = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.mermaid"))[0]
     assert diagram.size["height"] > 300  # top-down: one rung per row
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_links_work_from_file_urls(browser, site, width):  # noqa: F811
+    """The built site opened from disk (file://), as on a cluster with no web server: a link
+    from the home page to a runbook page, and from there to a pitfall page, each loads."""
+    from selenium.webdriver.common.by import By
+
+    _at_width(browser, width, (site / "index.html").as_uri())
+    link = browser.find_element(By.CSS_SELECTOR, 'article a[href="runbooks/gpu-oom-recovery.html"]')
+    browser.execute_script("arguments[0].click()", link)
+    wait(browser, lambda d: d.current_url.endswith("runbooks/gpu-oom-recovery.html"))
+    wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+    assert "GPU" in browser.find_element(By.CSS_SELECTOR, "article h1").text
+    more = browser.find_element(
+        By.CSS_SELECTOR, 'article a[href="../pitfalls/orphaned-gpu-memory.html"]'
+    )
+    browser.execute_script("arguments[0].click()", more)
+    wait(browser, lambda d: d.current_url.endswith("pitfalls/orphaned-gpu-memory.html"))
+    assert browser.find_element(By.CSS_SELECTOR, "article h1").text
+    _no_page_overflow(browser)
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_sizing_calculator_computes_offline(browser, site, shots, width):  # noqa: F811
+    """Opened from disk, with no network: the incident's launch does not fit, and the
+    arithmetic is on the page; the simple vLLM path counts the size once per worker."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    _at_width(browser, width, (site / "calculator.html").as_uri())
+    result = wait(
+        browser, lambda d: d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text or None
+    )
+    assert "8 ranks × 300 GB = 2,400 GB" in result
+    assert "largest --hicache-size that fits: 47 GB per rank" in result
+    assert "does NOT fit" in result
+    size = browser.find_element(By.CSS_SELECTOR, "#sizing-sglang input[name=hicache_size]")
+    size.clear()
+    size.send_keys("47")
+    wait(
+        browser,
+        lambda d: "verdict: fits" in d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text,
+    )
+    Select(browser.find_element(By.CSS_SELECTOR, "#sizing-vllm select[name=path]")).select_by_value(
+        "simple"
+    )
+    vllm = wait(
+        browser,
+        lambda d: (
+            "pinned 8 time(s)" in d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+            and d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+        ),
+    )
+    assert "2 × 8 × 40 GiB" in vllm
+    assert "= 640 GiB" in vllm
+    _no_page_overflow(browser)
+    _full_page(browser, shots / f"calculator-{width}.png")

@@ -63,12 +63,12 @@ def test_the_preflight_is_read_only():
             # 40 GiB per GPU read as a total: 8 GPUs take 320 GiB, with the KV buffer 520 GiB.
             "vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40 --kv-offloading-size 100",
             ExitCode.GOAL_NOT_MET,
-            "8 GPUs × 40 GiB per GPU + 2 × 100 GiB KV offload in total = 520 GiB requested",
+            "8 GPUs × 40 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 520 GiB requested",
         ),
         (
             "vllm serve /m -tp 4 -pp 2 --cpu-offload-gb 5 --kv-offloading-size 100",
             ExitCode.OK,
-            "8 GPUs × 5 GiB per GPU + 2 × 100 GiB KV offload in total = 240 GiB requested",
+            "8 GPUs × 5 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 240 GiB requested",
         ),
     ],
 )
@@ -93,3 +93,47 @@ def test_preflight_fails_a_gpu_without_the_free_memory_asked_for(gpu_host, capsy
     assert checks["offload-fits"]["ok"]
     assert not checks["gpus-fit-utilization"]["ok"]
     assert "GPU 5" in checks["gpus-fit-utilization"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("launch", "path", "each_worker"),
+    [
+        ("vllm serve /m -tp 8 --kv-offloading-size 40", "native", 0),
+        ("vllm serve /m -tp 8 --kv_offloading_backend native --kv_offloading_size 40", "native", 0),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8 --kv-offloading-size 40", "simple", 1),
+        ("env VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m --kv-offloading-size=40", "simple", 1),
+        ("export VLLM_USE_SIMPLE_KV_OFFLOAD=1; vllm serve /m --kv-offloading-size 4", "simple", 1),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=0 vllm serve /m --kv-offloading-size 40", "native", 0),
+        ("vllm serve /m --kv-offloading-backend lmcache --kv-offloading-size 40", "lmcache", None),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8", None, 0),
+    ],
+)
+def test_parser_names_the_kv_offload_path(launch, path, each_worker):
+    config = parse_launch(launch)
+    assert config.kv_offload_path == path
+    assert config.kv_offload_each_worker == each_worker
+
+
+@pytest.mark.ssh
+def test_preflight_counts_the_simple_path_once_per_worker(gpu_host, capsys):
+    """VLLM_USE_SIMPLE_KV_OFFLOAD=1: each of the 8 workers pins the whole value (builds whose
+    SimpleCPUOffloadConnector does not divide by the world size), so 8 x the size is asked."""
+    plain = "vllm serve /m -tp 8 --kv-offloading-backend native --kv-offloading-size 40"
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={plain}"])
+    out, _ = capsys.readouterr()
+    assert code == ExitCode.OK, out
+    assert "2 × 1 × 40 GiB KV offload (connector: native, pinned 1 time(s)) = 80 GiB" in out
+    simple = f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {plain}"
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={simple}"])
+    out, _ = capsys.readouterr()
+    assert code == ExitCode.GOAL_NOT_MET, out
+    assert "2 × 8 × 40 GiB KV offload (connector: simple, pinned 8 time(s)) = 640 GiB" in out
+
+
+@pytest.mark.ssh
+def test_preflight_cannot_tell_the_lmcache_pool(gpu_host, capsys):
+    launch = "vllm serve /m -tp 8 --kv-offloading-backend lmcache --kv-offloading-size 40"
+    code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={launch}", "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr()[0])["checks"]}
+    assert checks["offload-fits"]["status"] == "cannot-tell"
+    assert code != ExitCode.OK

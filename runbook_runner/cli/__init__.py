@@ -478,11 +478,28 @@ def cmd_new(args: argparse.Namespace) -> int:
         with open(docs / page, "a", encoding="utf-8") as handle:
             handle.write(authoring.docs_link(page, args.name, title))
         print(f"linked it from {docs / page}")
+        _add_runbook_to_nav(folder.parent / "mkdocs.yml", args.name, title)
     print("next:")
     print(f"  runbook validate {target}")
     print(f"  runbook show {target}")
     print(f"  runbook test {target} --state STATE.yaml   # or --scenario oom-crash")
     return ExitCode.OK
+
+
+def _add_runbook_to_nav(mkdocs_yml: Path, name: str, title: str) -> None:
+    """List the runbook's page under the site's Runbooks nav, when the site has one."""
+    from runbook_runner.kb.postmortem import add_to_nav
+
+    if not mkdocs_yml.is_file():
+        return
+    try:
+        nav = add_to_nav(
+            mkdocs_yml.read_text(encoding="utf-8"), title, f"runbooks/{name}.md", "Runbooks"
+        )
+    except ValueError:
+        return  # a site without a Runbooks section: its nav is the author's to arrange
+    mkdocs_yml.write_text(nav, encoding="utf-8")
+    print(f"added it to the nav in {mkdocs_yml}")
 
 
 def _ask_page(pages: list[str]) -> str:

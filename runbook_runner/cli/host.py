@@ -464,12 +464,8 @@ def cmd_postmortem(args: argparse.Namespace) -> int:
             "runbook postmortem",
         )
     known = {p.stem for p in (docs.parent / "runbooks").glob("*.yaml")}
-    page = postmortem.draft(journal.events, args.title, known)
+    page = _postmortem_draft(journal.events, args.title, known, docs)
     target = docs / "postmortems" / page.filename
-    counter = 2
-    while target.exists():
-        target = docs / "postmortems" / f"{target.stem.rsplit('-v', 1)[0]}-v{counter}.md"
-        counter += 1
     try:
         nav = postmortem.add_to_nav(
             mkdocs_yml.read_text(encoding="utf-8"), page.title, f"postmortems/{target.name}"
@@ -481,3 +477,40 @@ def cmd_postmortem(args: argparse.Namespace) -> int:
     print(f"wrote {target}" + (" (a drill)" if page.drill else ""))
     print(f"added it to the nav in {mkdocs_yml}; fill in the TODO sections, then build the site")
     return ExitCode.OK
+
+
+def _postmortem_draft(
+    events: list[dict[str, Any]], title: str | None, known: set[str], docs: Path
+) -> Any:
+    """The draft, dated today where the journal dates nothing, with the drill's scenario for
+    its debrief, and a title no other page under docs/postmortems/ has (' (2)', ' (3)')."""
+    import datetime
+
+    from runbook_runner.kb import postmortem
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    start = next((e for e in events if e.get("event") == "run-start"), {})
+    scenario = SCENARIOS.get(str(start.get("drill") or ""))
+    about = (
+        {
+            "wrong": scenario.wrong,
+            "expert": scenario.expert,
+            "lesson": scenario.lesson,
+            "page": scenario.page,
+        }
+        if scenario is not None
+        else None
+    )
+    taken = {
+        line.split(":", 1)[1].strip().strip('"')
+        for page in (docs / "postmortems").glob("*.md")
+        for line in page.read_text(encoding="utf-8", errors="replace").splitlines()[:5]
+        if line.startswith("title:")
+    }
+    page = postmortem.draft(events, title, known, today, about)
+    base, counter = page.title, 2
+    while page.title in taken or (docs / "postmortems" / page.filename).exists():
+        page = postmortem.draft(events, f"{base} ({counter})", known, today, about)
+        counter += 1
+    return page

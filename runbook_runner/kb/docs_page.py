@@ -7,21 +7,24 @@ time, so the page and the YAML can never drift apart.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
 # A word holding a backslash, outside a code span: Markdown would eat the backslash
 # (vllm\.entrypoints -> vllm.entrypoints), so it goes into a code span, where it stays.
-_CODE_OR_BACKSLASH_WORD = re.compile(r"(`+)(.+?)\1|([^\s`]*\\[^\s`]*)")
+# A quoted string holding a backslash ('vllm serve|vllm\.entrypoints') becomes one code span.
+_CODE_OR_BACKSLASH_WORD = re.compile(r"(`+)(.+?)\1|'([^'`\s][^'`]*\\[^'`]*)'|([^\s`]*\\[^\s`]*)")
 
 
 def prose(text: str) -> str:
     """Free text from a runbook, on one line, with backslashes kept."""
 
     def keep(match: re.Match[str]) -> str:
-        if match.group(3) is None:
+        word = match.group(3) or match.group(4)
+        if word is None:
             return match.group(0)  # already a code span
-        word = match.group(3)
         return f"`` {word} ``" if "`" in word else f"`{word}`"
 
     return _CODE_OR_BACKSLASH_WORD.sub(keep, " ".join(text.split()))
@@ -37,7 +40,38 @@ _AFFECTS = {
 
 
 def _fence(text: str, language: str = "sh") -> str:
-    return f"```{language}\n{text.strip()}\n```"
+    """A fenced block holding ``text`` as it is (a fence longer than any backtick run in it)."""
+    ticks = "`" * max(3, _longest_run(text, "`") + 1)
+    return f"{ticks}{language}\n{text.strip()}\n{ticks}"
+
+
+def _longest_run(text: str, char: str) -> int:
+    runs = re.findall(re.escape(char) + "+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def _code(text: str) -> str:
+    """A code span that shows ``text`` byte for byte (Markdown keeps everything in it)."""
+    flat = " ".join(text.split())
+    ticks = "`" * (_longest_run(flat, "`") + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
+
+
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
+def table_cell(markdown: str) -> str:
+    """Markdown for a table cell: a ``|`` outside code spans escaped (it would end the cell);
+    inside a code span it is left alone, since the table splits around code spans, and an
+    escape there would be shown, and copied, as a backslash."""
+    out, at = [], 0
+    for match in _CODE_SPAN.finditer(markdown):
+        out.append(markdown[at : match.start()].replace("|", "\\|"))
+        out.append(match.group(0))
+        at = match.end()
+    out.append(markdown[at:].replace("|", "\\|"))
+    return "".join(out)
 
 
 def _duration(value: Seconds, runbook: Runbook) -> str:
@@ -123,7 +157,58 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     return "\n".join(lines)
 
 
-def render_page(runbook: Runbook, source: str) -> str:
+def failure_modes(runbook: Runbook, written: Mapping[str, Any] | None) -> list[str]:
+    """The page's "When it cannot help" section: what the runbook cannot see, when it stops,
+    what to do then. ``written``: the runbook's entry in docs/data/runbooks/failure-modes.yaml;
+    what the YAML itself tells (its observations, "cannot tell", the exit codes) is added."""
+    written = written or {}
+
+    def items(key: str) -> list[str]:
+        value = written.get(key) or []
+        return [f"- {prose(str(v))}" for v in value] if isinstance(value, list) else []
+
+    observed = ", ".join(f"`{name}`" for name in runbook.observations)
+    out = [
+        "## When it cannot help",
+        "",
+        "### What it cannot see",
+        "",
+        *items("cannot_see"),
+        f"- Anything beyond what it observes ({observed}): it knows only what those show.",
+        "",
+        "### When it stops",
+        "",
+        *items("stops_when"),
+        "- A check it cannot evaluate (an observation failed, a value was not reported) is "
+        "*cannot tell*: never ok, never failing. "
+        + (
+            "A step that would act on it is blocked, and the run stops before it."
+            if runbook.steps
+            else "The goal is then not known to hold."
+        ),
+        "- Exit codes: 0 the goal holds, 1 it does not, 2 bad input, 3 the host cannot be "
+        "reached"
+        + (
+            ", 4 you declined a step, 5 another run holds the host's lock."
+            if runbook.steps
+            else "."
+        ),
+        "",
+        "### What to do then",
+        "",
+        *items("then"),
+    ]
+    if not written:
+        out.append(
+            "- No failure modes are written for this runbook yet: add its entry to "
+            "`docs/data/runbooks/failure-modes.yaml`."
+        )
+    return [*out, ""]
+
+
+def render_page(
+    runbook: Runbook, source: str, written_failure_modes: Mapping[str, Any] | None = None
+) -> str:
     """The Markdown of a runbook's page; ``source`` is its path in the repository."""
     kind = (
         f"destructive, blast radius **{runbook.blast_radius}**"
@@ -191,6 +276,7 @@ def render_page(runbook: Runbook, source: str) -> str:
     others = [n for n in runbook.checks if n not in runbook.goal]
     if others:
         out += ["", "Other checks the steps use:", ""] + [_check_line(runbook, n) for n in others]
+    out += ["", *failure_modes(runbook, written_failure_modes)]
     if runbook.parameters:
         out += [
             "",
@@ -211,17 +297,21 @@ def render_page(runbook: Runbook, source: str) -> str:
             if p.max is not None:
                 bounds.append(f"≤ {p.max:g}")
             extra = f" ({', '.join(bounds)})" if bounds else ""
-            description = prose(p.description).replace("|", "\\|")
+            description = table_cell(prose(p.description))
             out.append(f"| `{p.name}` | {p.type}{extra} | {default} | {description} |")
     if runbook.steps:
         out += ["", "## Steps", ""]
         for number, step in enumerate(runbook.steps, start=1):
             out += [_step(number, step, runbook), ""]
-    out += ["", "## What it observes", "", "| Name | Parser | Command |", "|---|---|---|"]
+    out += ["", "## What it observes", ""]
     for o in runbook.observations.values():
-        where = "" if o.command else " (parsed locally)"
-        command = " ".join(o.source.split()).replace("|", "\\|")
-        out.append(f"| `{o.name}` | {o.parser}{where} | `{command}` |")
+        if o.command:
+            out += [f"- `{o.name}`, read by the parser `{o.parser}` from:", ""]
+            out += ["    " + line if line else "" for line in _fence(o.source).splitlines()]
+            out.append("")
+        else:
+            out.append(f"- `{o.name}`, parsed locally by `{o.parser}` from {_code(o.source)}")
+            out.append("")
     if runbook.let:
         out += ["", "Computed values:", ""] + [
             f"- `{name}` = `{' '.join(e.source.split())}`" for name, e in runbook.let.items()

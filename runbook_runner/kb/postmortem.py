@@ -18,13 +18,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runbook_runner.kb import chart
+from runbook_runner.safetext import visible
+
 TODO = "TODO"
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 
 
+def _flat(value: object) -> str:
+    """One line, with every control and format character (ESC, BEL, U+202E) shown as an
+    escape (``\\x1b``), never passed to the page."""
+    return visible(" ".join(str(value).split()), lines=False, tabs=False)
+
+
 def text(value: object, limit: int = 300) -> str:
     """Host text as inert Markdown: one line, HTML-escaped, Markdown characters escaped."""
-    flat = " ".join(str(value).split())
+    flat = _flat(value)
     if len(flat) > limit:
         flat = flat[: limit - 1] + "…"
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -34,7 +43,7 @@ def text(value: object, limit: int = 300) -> str:
 
 def code(value: object, limit: int = 300) -> str:
     """Host text shown as code in a table cell: an HTML <code> element, every character inert."""
-    flat = " ".join(str(value).split())
+    flat = _flat(value)
     if len(flat) > limit:
         flat = flat[: limit - 1] + "…"
     escaped = (
@@ -63,12 +72,14 @@ def yaml_string(value: object) -> str:
     return json.dumps(plain, ensure_ascii=True)
 
 
-_UNSAFE = re.compile(r"[<>&`{}|\\\[\]\x00-\x1f\x7f]")
+_UNSAFE = re.compile(
+    "[<>&`{}|\\\\\\[\\]\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]"
+)
 
 
 def slug(title: str) -> str:
     words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return (words[:60].rstrip("-")) or "postmortem"
+    return (words[:80].rstrip("-")) or "postmortem"
 
 
 _GPU_TARGET = re.compile(r"(?:--id|-i)[ =]([0-9][0-9,]*)\b")
@@ -186,6 +197,7 @@ def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
 
 
 def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The timeline's rows (the caller writes the header: times are UTC, or simulated)."""
     rows: list[tuple[str, str, str, str]] = []
     waits: dict[str, list[Mapping[str, Any]]] = {}
     started_commands: dict[str, list[str]] = {}
@@ -265,14 +277,32 @@ def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
             rows.append((t, code(event.get("from_step")), "run resumed", ""))
         elif kind == "run-end":
             rows.append((t, "–", f"run ended: {text(_outcome(event))}", ""))
-    day = str(events[0].get("t", ""))[:10] if events else ""
-    out = [
-        f"All times UTC, on {text(day)}." if day else "All times UTC.",
-        "",
-        "| Time | Step | Event | Data |",
-        "|---|---|---|---|",
-    ]
-    out += [f"| {text(_clock(t))} | {s} | {e} | {d} |" for t, s, e, d in rows]
+    return [f"| {text(_clock(t))} | {s} | {e} | {d} |" for t, s, e, d in _fold_skipped(rows)]
+
+
+_SKIPPED = re.compile(r"^skipped after ")
+
+
+def _fold_skipped(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """Consecutive skipped rungs as one row: 'skipped (nothing to do): a, b, c'."""
+    out: list[tuple[str, str, str, str]] = []
+    run: list[tuple[str, str, str, str]] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            names = ", ".join(step for _, step, _, _ in run)
+            out.append((run[0][0], "–", f"{len(run)} rungs skipped: {names}", "nothing to do"))
+        run.clear()
+
+    for row in rows:
+        if _SKIPPED.match(row[2]):
+            run.append(row)
+            continue
+        flush()
+        out.append(row)
+    flush()
     return out
 
 
@@ -291,12 +321,78 @@ def _commands(commands: Sequence[str]) -> str:
     return f": {shown}"
 
 
+_RUN_ID_CLOCK = re.compile(r"^(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)\d\dZ")
+
+
+def run_clock(start: Mapping[str, Any], today: str | None = None) -> tuple[str, str]:
+    """The day and time (UTC) the run really happened: (YYYY-MM-DD, HH:MM).
+
+    A drill's journal is stamped by the simulator's clock, which starts at a fixed moment;
+    its run id is named from the wall clock when it began, so that is what dates it. A real
+    run's own stamps are the wall clock. ``today`` is the fallback when neither says."""
+    started = str(start.get("t") or "")
+    match = _RUN_ID_CLOCK.match(str(start.get("run") or ""))
+    if start.get("simulated_time") or start.get("drill") or not started:
+        if match:
+            y, mo, d, h, mi = match.groups()
+            return f"{y}-{mo}-{d}", f"{h}:{mi}"
+        return (today or "unknown"), ""
+    return started[:10], started[11:16]
+
+
+def _secs(value: object) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else text(value)
+
+
+def _debrief(drill_end: Mapping[str, Any], scenario: Mapping[str, Any] | None) -> list[str]:
+    """The drill's debrief, as the terminal showed it: wrong, done, expert, difference, time,
+    lesson."""
+    scenario = scenario or {}
+    out = ["## Drill debrief", ""]
+    if scenario.get("wrong"):
+        out.append(f"- **What was wrong:** {text(scenario['wrong'])}")
+    timeline = [t for t in drill_end.get("timeline") or [] if isinstance(t, Mapping)]
+    done = ", ".join(f"{text(t.get('action'))} at \\+{_secs(t.get('at_s'))} s" for t in timeline)
+    out.append(f"- **What the run did:** {done or 'nothing to the host (it only looked)'}")
+    expert = ", ".join(text(a) for a in drill_end.get("expert") or [])
+    said = text(scenario["expert"]) if scenario.get("expert") else ""
+    out.append(
+        "- **What an expert does:** "
+        + "; ".join(x for x in (said, expert or "no action on the host") if x)
+    )
+    extra = [text(a) for a in drill_end.get("extra") or []]
+    missing = [text(a) for a in drill_end.get("missing") or []]
+    if extra or missing:
+        diff = [f"{a} (the expert would not)" for a in extra]
+        diff += [f"{a} missing (the expert would)" for a in missing]
+        out.append("- **The difference:** " + "; ".join(diff))
+    else:
+        out.append("- **The difference:** none: the expert's actions, no more")
+    recovery, ideal = drill_end.get("recovery_s"), drill_end.get("ideal_s")
+    if isinstance(recovery, int | float) and isinstance(ideal, int | float) and ideal:
+        out.append(
+            f"- **Time to recovery:** {recovery:g} s simulated, against the expert's "
+            f"{ideal:g} s ({recovery / ideal:.1f}x)"
+            + ("" if drill_end.get("in_time", True) else "; over the 1.5x the drills allow")
+        )
+    if scenario.get("lesson"):
+        page = str(scenario.get("page") or "")
+        read = f"; read [{text(page)}](../{page})" if page else ""
+        out.append(f"- **Lesson:** {text(scenario['lesson'])}{read}")
+    return [*out, ""]
+
+
 def draft(
     events: Sequence[Mapping[str, Any]],
     title: str | None = None,
     known_runbooks: Iterable[str] = (),
+    today: str | None = None,
+    scenario: Mapping[str, Any] | None = None,
 ) -> Draft:
-    """The postmortem page for one run's journal events."""
+    """The postmortem page for one run's journal events.
+
+    ``today``: the date the page is written (YYYY-MM-DD), for a journal that dates nothing
+    else; ``scenario``: a drill's scenario (wrong, expert, lesson, page), for its debrief."""
     start, end = _first(events, "run-start"), _last(events, "run-end")
     runbook = str(start.get("runbook") or "unknown")
     host = str(start.get("host") or "unknown")
@@ -304,15 +400,18 @@ def draft(
     started = str(start.get("t") or "")
     drill = start.get("drill")
     drill_name = str(drill) if drill else None
-    day = started[:10] or "unknown"
+    simulated = bool(start.get("simulated_time") or drill_name)
+    day, clock = run_clock(start, today)
+    when = f"{day} {clock} UTC" if clock else day
     if not title:
         title = (
-            f"Drill: {runbook} on the {drill_name} scenario, {day}"
+            f"Drill: {runbook}, {drill_name} scenario, {when}"
             if drill_name
-            else f"{runbook} on {host}, {day}"
+            else f"{runbook} on {host}, {when}"
         )
     linked = runbook in set(known_runbooks)
     runbook_ref = f"[{text(runbook)}](../runbooks/{runbook}.md)" if linked else code(runbook)
+    sim = " (simulated clock)" if simulated else ""
     front = [
         "---",
         f"title: {yaml_string(title)}",
@@ -326,8 +425,8 @@ def draft(
         front.append(f"drill: {yaml_string(drill_name)}")
     front += [
         f"hosts: [{yaml_string(host)}]",
-        f"started: {yaml_string(started)}",
-        f"ended: {yaml_string(end.get('t', 'did not finish'))}",
+        f"started: {yaml_string(started + sim)}",
+        f"ended: {yaml_string(str(end.get('t', 'did not finish')) + (sim if end else ''))}",
         f"outcome: {yaml_string(_outcome(end))}",
         f"run: {yaml_string(run)}",
     ]
@@ -339,19 +438,26 @@ def draft(
         body += [
             '!!! warning "A drill, not an incident"',
             f"    This run was a drill of the {text(drill_name)} scenario on a simulated host "
-            "(see [drills](../drills.md)). Nothing real was affected.",
+            f"(see [drills](../drills.md)), run on {text(when)}. Nothing real was affected. "
+            "The times in the timeline are the simulator's clock, which starts at a fixed "
+            "moment and runs fast.",
             "",
         ]
     body += [
         '!!! note "Generated from a run journal"',
         f"    Written by `runbook postmortem new` from run {code(run)}. The metadata, the "
-        "timeline and the state before and after come from the journal; every section "
-        "marked TODO is for a person to write.",
+        "chart, the timeline and the state before and after come from the journal; every "
+        "section marked TODO is for a person to write.",
         "",
         "## Summary",
         "",
         f"{TODO}: what broke, for whom, for how long, and why.",
         "",
+    ]
+    drill_end = _last(events, "drill-end")
+    if drill_name and drill_end:
+        body += _debrief(drill_end, scenario)
+    body += [
         "## Impact",
         "",
         f"{TODO}: who or what was affected, and for how long.",
@@ -366,7 +472,13 @@ def draft(
         "",
         "## Detection",
         "",
-        f"{TODO}: how we found out.",
+        f"{TODO}: how we found out, and when (clock time).",
+        "",
+        "## Response",
+        "",
+        f"The run was started by {text(start.get('operator') or 'unknown')} on {text(when)}"
+        + (" (a drill)." if drill_name else ".")
+        + f" {TODO}: who was paged or noticed, when, who joined, what they decided.",
         "",
         "## Resolution",
         "",
@@ -374,32 +486,65 @@ def draft(
         "",
     ]
     ends = [e for e in events if e.get("event") == "step-end"]
-    if ends:
+    commands: dict[str, list[str]] = {}
+    for e in events:
+        if e.get("event") == "step-start":
+            commands[str(e.get("id"))] = [str(c) for c in e.get("commands") or []]
+    ran = [e for e in ends if e.get("status") != "skipped"]
+    skipped = [e for e in ends if e.get("status") == "skipped"]
+    if ran:
         body += ["| Step | Status | Duration | Targets |", "|---|---|---|---|"]
-        commands: dict[str, list[str]] = {}
-        for e in events:
-            if e.get("event") == "step-start":
-                commands[str(e.get("id"))] = [str(c) for c in e.get("commands") or []]
-        for e in ends:
+        for e in ran:
             step = str(e.get("id"))
             body.append(
                 f"| {code(step)} | {text(e.get('status'))} | {text(e.get('duration_s'))} s "
                 f"| {targets(commands.get(step, []))} |"
             )
         body.append("")
+    if skipped:
+        body += [
+            f"Skipped, with nothing to do ({len(skipped)} rungs): "
+            + ", ".join(code(e.get("id")) for e in skipped)
+            + ".",
+            "",
+        ]
+    picture = chart.picture(events, {step: targets(c) for step, c in commands.items()})
+    if picture.gpus or picture.host:
+        body += [
+            "## The run at a glance",
+            "",
+            "Each GPU's memory and the host's available memory at every state the run "
+            "observed, from the journal; a dashed line marks each action the operator "
+            "confirmed." + (" Seconds on the simulator's clock." if simulated else ""),
+            "",
+            '<figure class="rbr-run-chart">',
+            chart.svg(picture, f"The run {run}: memory over time"),
+            "</figure>",
+            "",
+        ]
+    timeline_head = (
+        f"Times are the simulator's clock (UTC, starting {text(started[:10])}); the drill "
+        f"itself ran on {text(when)}."
+        if simulated
+        else (f"All times UTC, on {text(day)}." if day != "unknown" else "All times UTC.")
+    )
     body += [
         "## State before and after",
         "",
         *_state_tables(_first_labelled(events, "before"), _last_labelled(events, "after")),
         "## Timeline",
         "",
+        timeline_head,
+        "",
+        "| Time | Step | Event | Data |",
+        "|---|---|---|---|",
         *_timeline(events),
         "",
         "## Action items",
         "",
-        "| Item | Type | Owner | Ticket | Status |",
-        "|---|---|---|---|---|",
-        f"| {TODO} | prevent / mitigate / detect / learn | {TODO} | {TODO} | open |",
+        "| Item | Type | Owner | Ticket | Due | Status |",
+        "|---|---|---|---|---|---|",
+        f"| {TODO} | prevent / mitigate / detect / learn | {TODO} | {TODO} | {TODO} | open |",
         "",
         "## Lessons",
         "",
@@ -442,8 +587,9 @@ def _last_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[s
     )
 
 
-def add_to_nav(mkdocs_yml: str, title: str, path: str) -> str:
-    """mkdocs.yml with ``path`` listed under Postmortems (before the template, if listed).
+def add_to_nav(mkdocs_yml: str, title: str, path: str, section: str = "Postmortems") -> str:
+    """mkdocs.yml with ``path`` listed at the end of the nav's ``section`` (Postmortems:
+    before the template, if listed).
 
     A text edit: the file holds ``!!python/name`` tags a YAML round trip would not keep.
     """
@@ -451,9 +597,9 @@ def add_to_nav(mkdocs_yml: str, title: str, path: str) -> str:
         return mkdocs_yml
     lines = mkdocs_yml.split("\n")
     try:
-        head = next(i for i, line in enumerate(lines) if line.strip() == "- Postmortems:")
+        head = next(i for i, line in enumerate(lines) if line.strip() == f"- {section}:")
     except StopIteration:
-        raise ValueError("mkdocs.yml has no '- Postmortems:' section in its nav") from None
+        raise ValueError(f"mkdocs.yml has no '- {section}:' section in its nav") from None
     indent = len(lines[head]) - len(lines[head].lstrip()) + 4
     at = head + 1
     while at < len(lines) and (

@@ -398,7 +398,15 @@ class VllmLaunchConfig:
     pp_size: int | None = _f("--pipeline-parallel-size")
     cpu_offload_gib: float | None = _f("--cpu-offload-gb", "GiB per GPU")
     swap_space_gib: float | None = _f("--swap-space", "GiB per GPU")
-    kv_offloading_gib: float | None = _f("--kv-offloading-size", "GiB in total")
+    kv_offloading_gib: float | None = _f("--kv-offloading-size", "GiB")
+    kv_offloading_backend: str | None = _f("--kv-offloading-backend")
+    # Which connector holds the KV offload ('native', 'simple', 'lmcache'; None: no offload),
+    # and how many times the host pins --kv-offloading-size: 0 once in total (vLLM splits it
+    # among the workers), 1 once per worker; None where the launch cannot tell (lmcache).
+    kv_offload_path: str | None = _f("KV offload connector")
+    kv_offload_each_worker: int | None = _f(
+        "the KV offload per worker (under lmcache, LMCache sizes its own pool)"
+    )
     gpu_memory_utilization: float | None = _f("--gpu-memory-utilization")
     model: str | None = _f("--model")
 

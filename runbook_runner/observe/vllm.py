@@ -1,28 +1,58 @@
 """Parser for a vLLM launch command line: the flags that decide host memory use.
 
-    vllm serve MODEL --tensor-parallel-size 8 --cpu-offload-gb 40 --kv-offloading-size 200
+    VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve MODEL --tensor-parallel-size 8 \\
+        --kv-offloading-backend native --kv-offloading-size 200
 
-Both ``--flag value`` and ``--flag=value`` forms; ``-tp`` and ``-pp`` are the short forms of
+Both ``--flag value`` and ``--flag=value`` forms, and vLLM's underscore spellings
+(``--kv_offloading_size``); ``-tp`` and ``-pp`` are the short forms of
 ``--tensor-parallel-size`` and ``--pipeline-parallel-size``. Flags not given are ``None``.
-The scopes differ (vllm/config/cache.py, vllm/config/offload.py): ``--cpu-offload-gb`` and
-``--swap-space`` are GiB **per GPU**; ``--kv-offloading-size`` is GiB **in total** across the
-TP x PP ranks, which vLLM divides among them.
+
+The scopes differ, and for ``--kv-offloading-size`` they depend on the path (read in vLLM's
+source; the links are in docs/pitfalls/vllm-lmcache-offload.md):
+
+- ``--cpu-offload-gb`` offloads model *weights*, GiB **per GPU**, as a ceiling
+  (vllm/config/offload.py); ``--swap-space`` (legacy) is GiB per GPU.
+- ``--kv-offloading-size`` with the default connector (backend ``native``): the **total**,
+  which vLLM divides among the TP x PP workers (vllm/v1/kv_offload/cpu/spec.py divides by the
+  world size). Pinned once in total: ``kv_offload_each_worker = 0``.
+- The same with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1`` (the SimpleCPUOffloadConnector): builds
+  before the connector divided by the world size gave **each worker the whole value**, so
+  the host pins TP x PP times it; newer builds divide. The launch line does not say which
+  build runs, so the worst case is taken: ``kv_offload_each_worker = 1``.
+- ``--kv-offloading-backend lmcache``: older builds give each worker value / (TP x PP) as
+  LMCache's ``max_local_cpu_size``; newer ones start LMCache's multi-process connector and
+  do not pass the size at all (LMCache's own server sizes its pool). The launch cannot tell:
+  ``kv_offload_each_worker = None``, and a check over it cannot tell either.
+
+The environment variable counts when it is written on the launch line (``VAR=1 vllm serve``,
+``env VAR=1 ...``, ``export VAR=1; ...``); one set elsewhere (a systemd unit, a shell
+profile) is not seen.
 """
 
 from __future__ import annotations
+
+import re
 
 from runbook_runner.observe.launchflags import flag_values
 from runbook_runner.observe.state import VllmLaunchConfig
 
 _VALUED = {
     "--tensor-parallel-size": "tp_size",
+    "--tensor_parallel_size": "tp_size",
     "-tp": "tp_size",
     "--pipeline-parallel-size": "pp_size",
+    "--pipeline_parallel_size": "pp_size",
     "-pp": "pp_size",
     "--cpu-offload-gb": "cpu_offload_gib",
+    "--cpu_offload_gb": "cpu_offload_gib",
     "--swap-space": "swap_space_gib",
+    "--swap_space": "swap_space_gib",
     "--kv-offloading-size": "kv_offloading_gib",
+    "--kv_offloading_size": "kv_offloading_gib",
+    "--kv-offloading-backend": "kv_offloading_backend",
+    "--kv_offloading_backend": "kv_offloading_backend",
     "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--gpu_memory_utilization": "gpu_memory_utilization",
     "--model": "model",
 }
 _TYPES = {
@@ -31,12 +61,48 @@ _TYPES = {
     "cpu_offload_gib": float,
     "swap_space_gib": float,
     "kv_offloading_gib": float,
+    "kv_offloading_backend": str,
     "gpu_memory_utilization": float,
     "model": str,
 }
+SIMPLE_ENV = "VLLM_USE_SIMPLE_KV_OFFLOAD"
+_ENV_WORD = re.compile(rf"^{SIMPLE_ENV}=(.*)$")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def simple_offload(words: list[str]) -> bool:
+    """Whether the launch line sets VLLM_USE_SIMPLE_KV_OFFLOAD to a true value (last wins)."""
+    value = False
+    for word in words:
+        match = _ENV_WORD.match(word.rstrip(";"))
+        if match:
+            value = match.group(1).strip().lower() in _TRUE
+    return value
+
+
+def kv_offload_path(backend: str | None, size: float | None, simple: bool) -> str | None:
+    """The connector that holds --kv-offloading-size: 'native', 'simple', 'lmcache', or None."""
+    if size is None:
+        return None
+    if backend == "lmcache":
+        return "lmcache"
+    # No backend given: the default is 'native' on the builds that have the flag's default.
+    return "simple" if simple else "native"
+
+
+EACH_WORKER = {None: 0, "native": 0, "simple": 1, "lmcache": None}
 
 
 def parse_launch(text: str) -> VllmLaunchConfig:
     """The flags of one ``vllm serve`` (or ``python -m vllm.entrypoints...``) command."""
-    _, values = flag_values(text.replace("\\\n", " "), _VALUED, _TYPES)
+    words, values = flag_values(text.replace("\\\n", " "), _VALUED, _TYPES)
+    backend = values.get("kv_offloading_backend")
+    size = values.get("kv_offloading_gib")
+    path = kv_offload_path(
+        backend if isinstance(backend, str) else None,
+        size if isinstance(size, float) else None,
+        simple_offload(words),
+    )
+    values["kv_offload_path"] = path
+    values["kv_offload_each_worker"] = EACH_WORKER.get(path)
     return VllmLaunchConfig(**values)  # type: ignore[arg-type]
