@@ -235,7 +235,16 @@ class Runner:
                 continue
             status = None if answer.timed_out else answer.exit_status
             results.append(ownership.judge_probe(probe, status, answer.stdout, answer.stderr))
-        classified = ownership.classify(subject, records, results)
+        restarts: dict[str, int] = {}
+        for unit_probe in ownership.unit_probes(subject, records):
+            try:
+                answer = self.transport.run(OBSERVE_IN_C_LOCALE + unit_probe.command, 30.0)
+            except ConnectionLost:
+                continue
+            count = ownership.judge_unit(answer.exit_status, answer.stdout)
+            if count is not None:
+                restarts[unit_probe.unit] = count
+        classified = ownership.classify(subject, records, results, restarts)
         self.owners = classified
         return classified
 

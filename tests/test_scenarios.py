@@ -209,7 +209,7 @@ def test_the_gpu_and_host_ram_ladders_never_cross():
     gpu_rungs += ["reset-gpus-again", "stop-gpu-services", "reload-driver"]
     for rung in gpu_rungs:
         assert steps[rung].fixes == ("gpu-memory-released",), rung
-    assert steps["remove-leaked-shm"].fixes == ("host-memory-available",)
+    assert steps["remove-leaked-shm"].fixes == ("host-memory-available", "no-shm-fault")
     assert steps["remove-leaked-shm"].affects == "files"
     # the short-cuts act on their own evidence, not on a generic failure
     assert steps["reboot-for-xid"].fixes == ("no-xid-needs-reboot",)

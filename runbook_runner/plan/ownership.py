@@ -99,6 +99,7 @@ INFRASTRUCTURE_EXECUTABLES = frozenset(
         "nvidia-smi",
     }
 )
+RESTART_LOOP = 3  # automatic restarts (systemd's NRestarts) that make a crash loop
 STARTUP_GRACE_S = 900  # a launcher younger than this whose port is not open yet is starting
 _ANCESTRY_LIMIT = 64  # parent chains longer than this are cut (a loop in a hostile listing)
 
@@ -293,6 +294,31 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
     return wanted
 
 
+@dataclass(frozen=True)
+class UnitProbe:
+    """How often systemd restarted one of the subject's units by itself."""
+
+    unit: str
+    command: str
+
+
+def unit_probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[UnitProbe]:
+    """One ``systemctl show -p NRestarts`` per unit of the subject that has a process."""
+    units = sorted({r.unit for r in records if r.unit and subject.unit_matches(r.unit)})
+    return [UnitProbe(u, f"systemctl show -p NRestarts {shlex.quote(u)}") for u in units]
+
+
+def judge_unit(exit_status: int | None, stdout: str) -> int | None:
+    """NRestarts from ``systemctl show``'s answer, or None (cannot tell)."""
+    if exit_status != 0:
+        return None
+    for line in stdout.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "NRestarts" and value.isdigit():
+            return int(value)
+    return None
+
+
 def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str) -> ProbeResult:
     """curl's answer -> healthy, failing (with why), or cannot tell."""
     code = stdout.strip()[-3:]
@@ -325,6 +351,7 @@ def classify(
     subject: Subject,
     records: Sequence[ProcessOwner],
     results: Iterable[ProbeResult] = (),
+    restarts: Mapping[str, int] | None = None,
 ) -> tuple[ProcessOwner, ...]:
     """Every record of interest (it holds an NVIDIA device file, or it is the subject's)
     with its owner class, evidence, instance, health and disposition."""
@@ -334,7 +361,7 @@ def classify(
     asked = {p.instance for p in probes(subject, records)}
     verdicts: dict[int, tuple[Disposition, str, str, int | None]] = {}
     for pid, process in table.items():
-        verdicts[pid] = _disposition(subject, table, process, health, asked)
+        verdicts[pid] = _disposition(subject, table, process, health, asked, restarts or {})
     out: list[ProcessOwner] = []
     for record in records:
         if record.pid is None:
@@ -376,6 +403,7 @@ def _disposition(
     process: _Process,
     health: Mapping[int, ProbeResult],
     asked: set[int],
+    restarts: Mapping[str, int],
 ) -> tuple[Disposition, str, str, int | None]:
     if process.owner is Owner.INFRASTRUCTURE:
         return (
@@ -416,6 +444,15 @@ def _disposition(
             Disposition.ACT,
             f"broken: PID {stuck[0]} of the instance is in {state} state",
             str(Health.NOT_CHECKED),
+            port,
+        )
+    looping = max((restarts.get(p.facts.unit or "", 0) for p in members), default=0)
+    if looping >= RESTART_LOOP:
+        unit = next(p.facts.unit for p in members if restarts.get(p.facts.unit or "", 0) == looping)
+        return (
+            Disposition.ACT,
+            f"broken: crash-looping: systemd restarted {unit} {looping} times by itself",
+            str(Health.FAILING),
             port,
         )
     launcher_alive = subject.launcher_matches(root.command or "")

@@ -9,6 +9,7 @@ process table that signals reach.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import signal
@@ -519,7 +520,7 @@ def systemctl_show(env: Env, args: list[str]) -> int:
             "MainPID": str(DAEMON_PID + env.host.services.index(service))
             if active and service
             else "0",
-            "NRestarts": "0",
+            "NRestarts": str(service.restarts if service else 0),
             "ExecMainStatus": "0",
             "MemoryCurrent": "1220608" if active else "[not set]",
         }
@@ -581,6 +582,7 @@ def systemctl(env: Env, args: list[str]) -> int:
                     if process.exits_at is None and not process.stuck:
                         process.exits_at = host.now + process.teardown_s
             if verb in {"start", "restart"}:
+                service.restarts = 0  # systemd flushes NRestarts on a start by hand
                 if service.runs:
                     host.start_service(service)
                 service.active = True
@@ -674,6 +676,26 @@ def curl(env: Env, args: list[str]) -> int:
     return 0
 
 
+def journalctl(env: Env, args: list[str]) -> int:
+    """journalctl -u PATTERN [-u ...] [-n N] [--no-pager] [-o cat] [--since ...]: the log
+    lines of the units the glob patterns name (the simulated journal keeps no time)."""
+    patterns = [args[i + 1] for i, a in enumerate(args[:-1]) if a in {"-u", "--unit"}]
+    patterns += [a.split("=", 1)[1] for a in args if a.startswith("--unit=")]
+    count = int(option(args, "-n", "--lines") or "10")
+    lines = []
+    for service in env.host.services:
+        unit = f"{service.name}.service"
+        if any(
+            fnmatch.fnmatchcase(unit, p) or fnmatch.fnmatchcase(service.name, p) for p in patterns
+        ):
+            lines += service.log
+    if not lines:
+        env.out("-- No entries --\n")
+        return 0
+    env.out("".join(line + "\n" for line in lines[-count:]))
+    return 0
+
+
 def record_only(env: Env, args: list[str]) -> int:
     return 0
 
@@ -696,4 +718,5 @@ COMMANDS: dict[str, Command] = {
     "date": date,
     "curl": curl,
     "ps": ps,
+    "journalctl": journalctl,
 }

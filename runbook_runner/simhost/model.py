@@ -131,6 +131,12 @@ class SimService:
     restart_s: float = 5.0  # RestartSec=
     startup_s: float = 120.0  # what it takes a started server to load before it holds memory
     died_at: float | None = None
+    restarts: int = 0  # NRestarts: automatic restarts since it was last started by hand
+    log: list[str] = field(default_factory=list)  # what journalctl -u shows for it
+    # A server that needs this much free /dev/shm at start crashes (SIGBUS) without it,
+    # crash_after_s after it starts: a crash loop under Restart=always.
+    shm_needed_bytes: int = 0
+    crash_after_s: float = 20.0
 
 
 @dataclass
@@ -262,6 +268,12 @@ class SimHost:
         shm = sum(segment.size_bytes for segment in self.shm)
         return self.memory_base_used_bytes + pinned + self.leaked_host_bytes + shm
 
+    def shm_free_bytes(self) -> int:
+        """What is left on the /dev/shm tmpfs."""
+        shm = self.filesystem_of(SHM_DIR)
+        size = shm.size_bytes if shm is not None else self.memory_total_bytes // 2
+        return max(0, size - sum(segment.size_bytes for segment in self.shm))
+
     def host_available_bytes(self) -> int:
         return max(0, self.memory_total_bytes - self.host_used_bytes())
 
@@ -327,7 +339,15 @@ class SimHost:
             main_pid = main_pid or self.next_pid
             if loading:
                 fields["starts_at"] = self.now + service.startup_s
-            self.processes.append(SimProcess(**fields))
+            process = SimProcess(**fields)
+            if service.shm_needed_bytes and self.shm_free_bytes() < service.shm_needed_bytes:
+                process.exits_at = self.now + service.crash_after_s
+                process.teardown_s = 0.0
+                service.log.append(
+                    f"{process.cmdline.split()[0]}[{process.pid}]: Bus error (core dumped): "
+                    f"writing its host cache to {SHM_DIR}: No space left on device"
+                )
+            self.processes.append(process)
 
     def tick(self, alive: Callable[[int], bool]) -> None:
         """What happens by itself as time passes: a unit with Restart= brings its server back."""
@@ -341,6 +361,7 @@ class SimHost:
                 service.died_at = self.now
             if service.restart == "always" and self.now >= service.died_at + service.restart_s:
                 self.note(f"{service.name} restarted the server (Restart=always)")
+                service.restarts += 1
                 self.start_service(service)
 
     # -- persistence ---------------------------------------------------------------

@@ -195,6 +195,38 @@ def daemons_hold_every_gpu() -> SimHost:
     return host
 
 
+def crash_loop_on_leaked_shm() -> SimHost:
+    """sglang.service (Restart=always) dies at every start: the segments its earlier
+    instances leaked fill the 32 GiB /dev/shm, so it gets SIGBUS writing its own. Host RAM
+    looks fine."""
+    host = eight_gpu_server()
+    for fs in host.filesystems:
+        if fs.mounted_on == "/dev/shm":  # noqa: S108 -- a simulated mount
+            fs.size_bytes = 32 * GIB
+    host.shm = [SimShm(f"sglang_hicache_{i}", 10 * GIB, "root", START - 1800) for i in range(3)]
+    spec: list[dict[str, Any]] = [
+        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "ok"}
+    ] + [
+        {"cmdline": f"sglang::scheduler_TP{rank}", "gpu_mib": {str(rank): 2_048}, "teardown_s": 1.0}
+        for rank in range(8)
+    ]
+    unit = SimService(
+        "sglang",
+        holds_gpus=False,
+        restart="always",
+        runs=spec,
+        shm_needed_bytes=8 * GIB,
+        restart_s=5.0,
+        startup_s=60.0,
+    )
+    host.services.append(unit)
+    host.now = START
+    host.start_service(unit)
+    unit.restarts = 14
+    host.actions.clear()
+    return host
+
+
 def ecc_recurring() -> SimHost:
     """The server died; GPU 4's memory errors recur (row remapping, contained errors)."""
     host = eight_gpu_server()
@@ -696,6 +728,25 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=40,
         lesson="a holder is not a culprit: the GPU services hold every device on every node",
         page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+    ),
+    Scenario(
+        "crash-loop-on-leaked-shm",
+        "a server that systemd restarts every few seconds, dying on SIGBUS because its own "
+        "leaked segments fill /dev/shm: stop the unit, remove the segments, start it",
+        crash_loop_on_leaked_shm,
+        wrong="sglang.service restarted 14 times; each start dies with 'Bus error' writing to "
+        "/dev/shm, which three unheld 10 GiB segments fill; host RAM looks fine",
+        expert="stop the unit (the supervisor first), remove the three unheld segments (the "
+        "cause, from the log), start the unit again",
+        actions=(
+            "stop sglang",
+            *(f"remove /dev/shm/sglang_hicache_{i}" for i in range(3)),
+            "start sglang",
+        ),
+        ideal_s=30,
+        lesson="a crash loop has a cause in its log: fix the cause, then restart; /dev/shm "
+        "can be full while host RAM looks fine",
+        page="pitfalls/host-memory-after-kill.md",
     ),
     Scenario(
         "ecc-recurring",

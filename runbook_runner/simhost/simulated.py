@@ -60,7 +60,7 @@ class SimProcesses:
         process = self._find(pid)
         if process is None:
             return "?"
-        if process.stuck or process.exits_at is not None:
+        if process.stuck or (process.exits_at is not None and process.teardown_s > 0):
             return "D"  # uninterruptible: unpinning memory, or stuck in the driver
         return "Sl"
 
