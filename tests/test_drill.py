@@ -225,3 +225,18 @@ def test_the_stopped_gpu_services_observation_lists_only_installed_units():
     command = spec["observations"]["stopped_gpu_services"]["command"]
     outcome = DrillHost(host).execute(command)
     assert (outcome.stdout, outcome.status) == ("dcgm\n", 0)
+
+
+def test_gpus_narrows_a_recovery_and_never_widens_it(capsys):
+    code, out, _ = drill(capsys, "--scenario", "other-team-gpu5", "--yes", "--gpus", "0-1")
+    assert code == ExitCode.OK
+    assert changes(out) == ["reset GPU 0", "reset GPU 1"]
+    code, out, _ = drill(capsys, "--scenario", "other-team-gpu5", "--yes", "--gpus", "3-5")
+    assert code == ExitCode.OK
+    assert changes(out) == ["reset GPU 3"]  # GPU 5 is alice's: in the range, still left alone
+
+
+def test_a_gpu_range_that_is_not_one_is_bad_input(capsys):
+    code, _, err = drill(capsys, "--scenario", "oom-crash", "--yes", "--gpus", "9-3")
+    assert code == ExitCode.BAD_INPUT
+    assert "--gpus '9-3': the range runs backwards" in err

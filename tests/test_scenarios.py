@@ -55,6 +55,11 @@ def test_the_run_does_what_the_expert_would(capsys, scenario):
     assert drill["extra"] == [], drill["timeline"]
     assert drill["missing"] == [], drill["timeline"]
     assert set(drill["actions"]) == set(scenario.actions)
+    # 2b. what is not ours (or not broken) is named as left alone, with its evidence
+    holders = {h["pid"]: h for h in document["state"].get("holders", [])}
+    for pid in scenario.left_alone:
+        assert holders[pid]["verdict"] == "leave", holders.get(pid)
+        assert holders[pid]["evidence"]
     # 3. in time
     assert drill["recovery_s"] <= TOLERANCE * scenario.ideal_s, drill
     assert drill["ok"]

@@ -208,6 +208,12 @@ def _add_value_options(sub: argparse.ArgumentParser) -> None:
         help="set a parameter (repeatable)",
     )
     sub.add_argument(
+        "--gpus",
+        metavar="A-B",
+        help="narrow a recovery to these GPU indexes (e.g. 0-3); it only narrows: "
+        "GPUs another owner or a healthy server uses are left alone without it",
+    )
+    sub.add_argument(
         "--json",
         action="store_true",
         help="print one JSON document on stdout; progress goes to stderr",

@@ -167,7 +167,7 @@ def _failing(results: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def fleet_check(args: argparse.Namespace) -> int:
-    from runbook_runner.format.parameters import resolve_parameters
+    from runbook_runner.format.parameters import gpu_range, resolve_parameters
 
     if args.json and args.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook check")
@@ -178,7 +178,9 @@ def fleet_check(args: argparse.Namespace) -> int:
     except _Stop:
         return ExitCode.BAD_INPUT
     runbook = cli_host.load_named(args)
-    params = resolve_parameters(runbook, args.set)
+    params = resolve_parameters(
+        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
+    )
     structured = args.json or args.jsonl
     out = console.Output(structured)
     messages = _Messages()
@@ -288,7 +290,7 @@ def _print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None
 
 def fleet_run(args: argparse.Namespace) -> int:
     from runbook_runner.fleet.rollout import batches, may_continue
-    from runbook_runner.format.parameters import resolve_parameters
+    from runbook_runner.format.parameters import gpu_range, resolve_parameters
 
     for option, given in (("--journal", args.journal), ("--resume", args.resume)):
         if given:
@@ -307,7 +309,9 @@ def fleet_run(args: argparse.Namespace) -> int:
     except _Stop:
         return ExitCode.BAD_INPUT
     runbook = cli_host.load_named(args)
-    params = resolve_parameters(runbook, args.set)
+    params = resolve_parameters(
+        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
+    )
     if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
         raise UsageError(
             f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r}",

@@ -30,7 +30,7 @@ from runbook_runner.errors import (
 )
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.format.catalog import Catalog, search_path
-from runbook_runner.format.parameters import resolve_parameters
+from runbook_runner.format.parameters import gpu_range, resolve_parameters
 from runbook_runner.journal import resume as resume_module
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
@@ -67,7 +67,8 @@ def _load_and_connect(
 
 def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
     runbook = load_named(args)
-    return runbook, resolve_parameters(runbook, args.set)
+    narrowed = gpu_range(runbook, getattr(args, "gpus", None))
+    return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
 
 
 def _secret_free(runbook: Runbook, params: dict[str, Any]) -> dict[str, Any]:

@@ -80,3 +80,19 @@ def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, An
     if problems:
         raise ParameterError(problems)
     return values
+
+
+def gpu_range(runbook: Runbook, spec: str | None) -> list[str]:
+    """``--gpus N`` or ``--gpus A-B`` as the runbook's narrowing parameters (first_gpu,
+    last_gpu). It can only narrow: the GPUs a run acts on are still only the subject's."""
+    if spec is None:
+        return []
+    if not {"first_gpu", "last_gpu"} <= set(runbook.parameters):
+        raise ParameterError([f"--gpus: {runbook.name} takes no GPU range"])
+    first, dash, last = spec.strip().partition("-")
+    if not first.isdigit() or (dash and not last.isdigit()) or len(spec) > 12:
+        raise ParameterError([f"--gpus {spec!r}: expected a GPU index or a range, e.g. 0-3"])
+    low, high = int(first), int(last) if dash else int(first)
+    if low > high:
+        raise ParameterError([f"--gpus {spec!r}: the range runs backwards"])
+    return [f"first_gpu={low}", f"last_gpu={high}"]

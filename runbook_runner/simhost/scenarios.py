@@ -56,6 +56,7 @@ class Scenario:
     message: str = ""  # what the run says when it stops
     params: tuple[tuple[str, str], ...] = ()  # --set NAME=VALUE the operator passes
     allow_reboot: bool = False  # the row is played with --allow-reboot
+    left_alone: tuple[int, ...] = ()  # PIDs the run must name as left alone (not ours, healthy)
     runbook: str = "gpu-oom-recovery"
 
     @property
@@ -508,6 +509,7 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=40,
         lesson="act only on what is the server's: the cgroup says whose a process is",
         page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        left_alone=(7001,),
     ),
     Scenario(
         "persistence-blocks-reset",
@@ -522,6 +524,7 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=45,
         lesson="the smallest blast radius that works: one GPU out of persistence, not the daemon",
         page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+        left_alone=(9001, 9002),
     ),
     Scenario(
         "daemon-holds-gpu",
@@ -687,6 +690,7 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=5,
         lesson="memory in use is not a fault: evidence of a broken server comes before any signal",
         page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        left_alone=(4101, *RANKS),
     ),
     Scenario(
         "two-servers-one-broken",
@@ -701,6 +705,7 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=25,
         lesson="the subject is an instance, not a name: judge each server by its own health",
         page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        left_alone=(20006, 20007, 20008, 20009, 20010),
     ),
     Scenario(
         "orphans-after-slurm-job",
@@ -728,6 +733,7 @@ MATRIX: tuple[Scenario, ...] = (
         ideal_s=40,
         lesson="a holder is not a culprit: the GPU services hold every device on every node",
         page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+        left_alone=(9001, 9002, 9003),
     ),
     Scenario(
         "crash-loop-on-leaked-shm",
