@@ -385,3 +385,24 @@ def test_the_drill_draft_charts_every_gpu_and_the_host_with_the_journals_values(
     assert 'fill="currentColor"' in page.markdown
     assert "<script" not in page.markdown
     assert "http://" not in page.markdown.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_the_draft_names_who_held_what_and_what_was_left_alone():
+    journal = events()
+    journal[1]["state"]["holders"] = [
+        {
+            "pid": 7001,
+            "command": "python3 train.py\x1b[31m",
+            "gpus": [5],
+            "owner": "another-owner",
+            "verdict": "leave",
+            "reason": "not the subject's",
+            "evidence": "another owner's: login session-3 of uid 1001, user alice",
+        }
+    ]
+    page = draft(journal, known_runbooks={"gpu-oom-recovery"})
+    row = next(line for line in page.markdown.splitlines() if line.startswith("| 7001 |"))
+    assert "another\\-owner" in row  # Markdown-escaped, as all host text
+    assert "| leave |" in row
+    assert "session\\-3 of uid 1001" in row
+    assert "\x1b" not in page.markdown  # host text stays inert

@@ -176,6 +176,23 @@ def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
             + ".",
             "",
         ]
+    holders = [h for h in b_state.get("holders") or [] if isinstance(h, Mapping)]
+    if holders:
+        out += [
+            "Who held what when the run began (owner and verdict from the process's cgroup, "
+            "parent chain and command line; see the runbook's subject):",
+            "",
+            "| PID | Command | GPUs | Owner | Verdict | Why |",
+            "|---|---|---|---|---|---|",
+        ]
+        for holder in holders[:40]:
+            gpus = ", ".join(text(g) for g in holder.get("gpus") or []) or "–"
+            why = f"{holder.get('reason') or ''}; {holder.get('evidence') or ''}"
+            out.append(
+                f"| {text(holder.get('pid'))} | {code(holder.get('command'), 60)} | {gpus} "
+                f"| {text(holder.get('owner'))} | {text(holder.get('verdict'))} | {text(why)} |"
+            )
+        out.append("")
     b_checks = {c.get("name"): c for c in before.get("checks") or [] if isinstance(c, Mapping)}
     a_checks = {c.get("name"): c for c in after.get("checks") or [] if isinstance(c, Mapping)}
     if b_checks or a_checks:
