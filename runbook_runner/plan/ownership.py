@@ -40,10 +40,14 @@ from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.runbook import Subject
 
 
-class Owner(str, Enum):
+class _Word(str, Enum):
+    """An enum whose members are the words the journal and --json spell."""
+
     def __str__(self) -> str:
         return str(self.value)
 
+
+class Owner(_Word):
     OURS = "ours"
     ORPHANED_OURS = "orphaned-ours"
     ANOTHER_OWNER = "another-owner"
@@ -51,19 +55,13 @@ class Owner(str, Enum):
     UNKNOWN = "unknown"
 
 
-class Disposition(str, Enum):
-    def __str__(self) -> str:
-        return str(self.value)
-
+class Disposition(_Word):
     ACT = "act"  # ours and broken: the runbook may act on it
     LEAVE = "leave"  # not ours, infrastructure, or a healthy server: left alone, said so
     CANNOT_TELL = "cannot-tell"  # stops a step that would touch it
 
 
-class Health(str, Enum):
-    def __str__(self) -> str:
-        return str(self.value)
-
+class Health(_Word):
     HEALTHY = "healthy"
     FAILING = "failing"
     CANNOT_TELL = "cannot-tell"
