@@ -365,7 +365,8 @@ def test_runbook_pages_show_each_command_byte_for_byte(site):
             checked += 1
     assert checked >= 20
     recovery = _code_texts(site / "runbooks" / "gpu-oom-recovery.html")
-    assert "vllm serve|vllm\\.entrypoints" in recovery  # a regex in prose, whole and unescaped
+    # a regex default, whole and unescaped
+    assert "sglang\\.launch_server|vllm serve|vllm\\.entrypoints" in recovery
     assert not any("\\|" in c for c in recovery)
 
 

@@ -387,23 +387,26 @@ def test_changed_by_a_step_that_acts_on_no_items_is_refused():
 
 def test_the_recovery_runbook_starts_again_only_the_services_and_units_it_stopped():
     from conftest import REPO
-    from runbook_runner.observe.state import TextLine
+    from runbook_runner.observe.state import TableRow, TextLine
     from runbook_runner.runbook import load
 
     runbook = load(REPO / "runbook_runner" / "runbooks" / "gpu-oom-recovery.yaml")
     params = {name: p.default for name, p in runbook.parameters.items()}
     stopped = (TextLine("nvidia-persistenced"), TextLine("nvidia-dcgm"))  # dcgm: off by choice
-    units = (TextLine("sglang.service"), TextLine("sglang-canary.service"))
+    units = (
+        TableRow(extra=(("unit", "sglang.service"),)),
+        TableRow(extra=(("unit", "sglang-canary.service"),)),
+    )
     state = {"stopped_gpu_services": stopped, "stopped_units": units}
     changed = {
         "stop-gpu-services": [{"text": "nvidia-persistenced"}],
-        "stop-server-unit": [{"text": "sglang.service"}],
+        "stop-server-unit": [{"unit": "sglang.service", "pid": 4101}],
     }
     services = evaluate_check(
         runbook.checks["gpu-services-running"], runbook, state, params, changed
     )
     assert [item.text for item in services.failing] == ["nvidia-persistenced"]
     server = evaluate_check(runbook.checks["server-unit-running"], runbook, state, params, changed)
-    assert [item.text for item in server.failing] == ["sglang.service"]
+    assert [item.unit for item in server.failing] == ["sglang.service"]
     # Before anything was stopped (or in `runbook check`): nothing to start.
     assert evaluate_check(runbook.checks["gpu-services-running"], runbook, state, params).ok
