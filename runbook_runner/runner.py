@@ -32,15 +32,13 @@ from runbook_runner.expect import (
     all_ok,
     evaluate_check,
     evaluate_checks,
-    evaluate_when,
-    outcome,
 )
 from runbook_runner.format import expr
 from runbook_runner.format.template import Template
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import ProcessOwner, Unavailable
-from runbook_runner.plan import ownership
+from runbook_runner.plan import decide, ownership
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step, Subject
 from runbook_runner.ssh.batch import BatchCommand
 
@@ -103,6 +101,7 @@ class Runner:
         # The latest verdict on who owns what (plan/ownership.py): a destructive step acts
         # only on what it says is the subject's and broken.
         self.owners: tuple[ProcessOwner, ...] | None = None
+        self._left_alone: tuple[str, ...] = ()  # the last decision's, for its record
         # What this run's steps acted on (a resumed run starts from its journal's record).
         self.changed: dict[str, list[Mapping[str, Any]]] = {
             step: list(items) for step, items in (changed or {}).items()
@@ -394,6 +393,7 @@ class Runner:
             return done
 
         trigger = self.trigger(step)
+        left_alone = self._left_alone
         if isinstance(trigger, StepRecord):
             return record(
                 trigger.status,
@@ -401,14 +401,6 @@ class Runner:
                 skipped_because_holds=trigger.skipped_because_holds,
             )
         items: list[Any] = list(trigger) or [None]
-        if step.destructive and self.subject is not None:
-            permission = self._permission(step, items)
-            if permission.blocked:
-                return record("blocked", "blocked: " + "; ".join(permission.blocked))
-            left_alone = permission.left_alone
-            if not permission.allowed:
-                return record("skipped", "left alone: " + "; ".join(left_alone))
-            items = list(permission.allowed)
         if step.run is not None and len(items) > 1:
             # Items that give the same command (one PID on two GPUs) are one target.
             first: dict[str, Any] = {}
@@ -483,108 +475,32 @@ class Runner:
             targets=targets,
         )
 
-    def _permission(self, step: Step, items: list[Any]) -> ownership.Permission:
-        """Ownership's last word on a destructive step's items, from a fresh look."""
-        subject = self.subject
-        assert subject is not None
-        names = [n for n, o in self.runbook.observations.items() if o.parser == "process-owners"]
-        state = self.observe(names)
-        if any(isinstance(state[n], Unavailable) for n in names):
-            reason = next(state[n].reason for n in names if isinstance(state[n], Unavailable))
-            return ownership.Permission((), (), (f"cannot tell who owns what: {reason}",))
-        owners = self.owners or ()
-        return ownership.permitted(
-            subject, step.affects, items, owners, allow_node_wide=self.allow_node_wide
-        )
-
     # -- deciding whether a step runs ---------------------------------------------------------
 
     def trigger(self, step: Step) -> StepRecord | tuple[Any, ...]:
-        """The items a step acts on (empty: it runs once), or why it does not run.
-
-        A step runs only on evidence: its ``when`` is true, one of the checks it ``fixes``
-        is failing, and its ``for_each_failing`` check fails for some items. Where any of
-        these cannot be told, the step is blocked, never run.
-        """
-
-        def skip(message: str, holds: bool = False) -> StepRecord:
-            return StepRecord(
-                step.id, "skipped", 0.0, 0.0, message=message, skipped_because_holds=holds
-            )
-
-        def blocked(results: list[CheckResult] | None, reason: str = "") -> StepRecord:
-            told = reason or "; ".join(r.message for r in results or () if r.cannot_tell)
-            return StepRecord(
-                step.id,
-                "blocked",
-                0.0,
-                0.0,
-                message=f"blocked: cannot tell: {told}{self._how_to_fix()}",
-            )
-
-        if step.skip_if:
-            _, holding = self.check(step.skip_if)
-            if all_ok(holding):
-                return skip("already holds: " + ", ".join(step.skip_if), holds=True)
-        if step.when is not None:
-            state = self.observe(self.runbook.observations_read_by(step.when))
-            value = evaluate_when(step.when, self.runbook, state, self.params)
-            if isinstance(value, str):
-                return blocked(None, f"when {step.when.source}: {value}")
-            if not value:
-                return skip(f"when is false: {step.when.source}")
-        if step.fixes:
-            _, fixing = self.check(step.fixes)
-            verdict = outcome(fixing)
-            if verdict == "ok":
-                return skip("nothing to fix: " + ", ".join(step.fixes) + " hold")
-            if verdict == "cannot-tell":
-                return blocked(fixing)
-        if step.for_each_failing:
-            state = self.observe(self.observations_for([step.for_each_failing]))
-            check = self.runbook.checks[step.for_each_failing]
-            verdict_of = evaluate_check(check, self.runbook, state, self.params, self.changed)
-            if verdict_of.cannot_tell:
-                return blocked([verdict_of])
-            if verdict_of.ok:
-                return skip(f"nothing to act on: {check.name} holds")
-            items = tuple(verdict_of.failing)
-            missing = [m for item in items for m in self._unreported(step, item)]
-            return blocked(None, "; ".join(missing)) if missing else items
-        missing = self._unreported(step, None)
-        return blocked(None, "; ".join(missing)) if missing else ()
-
-    def _unreported(self, step: Step, item: Any) -> list[str]:
-        """The values a step's command needs that were not reported (None): never sent as
-        the word 'None' (``kill -TERM None``), the step is blocked instead."""
-        if step.run is None:
-            return []
-        missing = []
-        for placeholder in step.run.placeholders:
-            name = placeholder.name
-            if name.startswith("item."):
-                if item is not None and getattr(item, name[5:], None) is None:
-                    missing.append(f"{_describe(item)}: {name[5:]} was not reported")
-            elif self.params.get(name) is None:
-                missing.append(f"parameter {name} has no value (--set {name}=...)")
-        return missing
-
-    def _how_to_fix(self) -> str:
-        unavailable = [
-            (name, value)
-            for name, value in self._last_state.items()
-            if isinstance(value, Unavailable)
-        ]
-        if not unavailable:
-            return ""
-        name, value = unavailable[0]
-        if value.condition == "not-found":
-            return f" (fix: install the command {name} runs, or put it on the login's PATH)"
-        if value.condition in {"failed", "unparsable", "timed-out"}:
-            return f" (fix: make '{self.runbook.observations[name].source}' work on the host; 'runbook check' shows what is observed)"
-        return (
-            f" (fix: the host reports {value.condition!r}; a runbook acts on it only with a step "
-            f"'when: {name}.condition == {value.condition!r}')"
+        """The items a step acts on (empty: it runs once), or why it does not run: one look
+        at the host, then the pure decision (plan/decide.py)."""
+        state = self.observe(decide.observations_needed(self.runbook, step))
+        decision = decide.decide(
+            self.runbook,
+            self.params,
+            state,
+            self.changed,
+            step,
+            subject=self.subject,
+            allow_node_wide=self.allow_node_wide,
+        )
+        self._left_alone = decision.left_alone
+        if decision.verdict is decide.Verdict.RUN:
+            return decision.items
+        status = "blocked" if decision.verdict is decide.Verdict.BLOCKED else "skipped"
+        return StepRecord(
+            step.id,
+            status,
+            0.0,
+            0.0,
+            message=decision.message,
+            skipped_because_holds=decision.holds,
         )
 
     def _reboot(
@@ -741,8 +657,3 @@ def _fields(item: Any) -> dict[str, Any]:
         for field in dataclasses.fields(item)
         if isinstance(value := getattr(item, field.name), str | int | float | bool)
     }
-
-
-def _describe(item: Any) -> str:
-    describe = getattr(item, "describe", None)
-    return str(describe()) if callable(describe) else "an item"

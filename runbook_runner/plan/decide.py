@@ -1,0 +1,182 @@
+"""What a step does next: a pure function of (runbook, parameters, observed state).
+
+The engine observes once (:func:`observations_needed`), then asks :func:`decide`: run on
+these items (those ownership lets it touch), skip (with why), or blocked (cannot tell,
+or a gate). Nothing here observes or acts, so every decision can be tested over states
+that no host has to produce, as a Kubernetes reconciler's decision is a function of the
+desired and the observed state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from runbook_runner.expect import (
+    Changed,
+    CheckResult,
+    all_ok,
+    evaluate_check,
+    evaluate_checks,
+    evaluate_when,
+    outcome,
+)
+from runbook_runner.observe.state import Unavailable
+from runbook_runner.plan import ownership
+from runbook_runner.runbook import Runbook, Step, Subject
+
+
+class Verdict(str, Enum):
+    RUN = "run"
+    SKIP = "skip"
+    BLOCKED = "blocked"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    message: str = ""
+    holds: bool = False  # skipped because its skip_if holds (not merely nothing to do)
+    items: tuple[Any, ...] = ()  # what it acts on (empty: it runs once)
+    left_alone: tuple[str, ...] = ()  # what ownership kept it from, with why
+
+
+def observations_needed(runbook: Runbook, step: Step) -> list[str]:
+    """Every observation :func:`decide` reads for this step, in the runbook's order."""
+    checks = [*step.skip_if, *step.fixes]
+    if step.for_each_failing:
+        checks.append(step.for_each_failing)
+    names = set(runbook.observations_of(checks))
+    if step.when is not None:
+        names |= set(runbook.observations_read_by(step.when))
+    if step.destructive and runbook.subject is not None:
+        names |= {n for n, o in runbook.observations.items() if o.parser == "process-owners"}
+    return [name for name in runbook.observations if name in names]
+
+
+def decide(
+    runbook: Runbook,
+    params: Mapping[str, Any],
+    state: Mapping[str, Any],
+    changed: Changed,
+    step: Step,
+    *,
+    subject: Subject | None = None,
+    allow_node_wide: bool = False,
+) -> Decision:
+    """Whether ``step`` runs on ``state``, and on what.
+
+    A step runs only on evidence: its ``skip_if`` does not all hold, its ``when`` is true,
+    one of the checks it ``fixes`` is failing, and its ``for_each_failing`` check fails
+    for some items. Where any of these cannot be told, the step is blocked, never run. A
+    destructive step of a runbook with a subject then acts only on what ownership allows.
+    """
+
+    def blocked(results: Sequence[CheckResult] | None, reason: str = "") -> Decision:
+        told = reason or "; ".join(r.message for r in results or () if r.cannot_tell)
+        return Decision(
+            Verdict.BLOCKED, f"blocked: cannot tell: {told}{how_to_fix(runbook, state)}"
+        )
+
+    if step.skip_if:
+        holding = evaluate_checks(step.skip_if, runbook, state, params, changed)
+        if all_ok(holding):
+            return Decision(Verdict.SKIP, "already holds: " + ", ".join(step.skip_if), holds=True)
+    if step.when is not None:
+        value = evaluate_when(step.when, runbook, state, params)
+        if isinstance(value, str):
+            return blocked(None, f"when {step.when.source}: {value}")
+        if not value:
+            return Decision(Verdict.SKIP, f"when is false: {step.when.source}")
+    if step.fixes:
+        fixing = evaluate_checks(step.fixes, runbook, state, params, changed)
+        verdict = outcome(fixing)
+        if verdict == "ok":
+            return Decision(Verdict.SKIP, "nothing to fix: " + ", ".join(step.fixes) + " hold")
+        if verdict == "cannot-tell":
+            return blocked(fixing)
+    items: tuple[Any, ...] = ()
+    if step.for_each_failing:
+        check = runbook.checks[step.for_each_failing]
+        verdict_of = evaluate_check(check, runbook, state, params, changed)
+        if verdict_of.cannot_tell:
+            return blocked([verdict_of])
+        if verdict_of.ok:
+            return Decision(Verdict.SKIP, f"nothing to act on: {check.name} holds")
+        items = tuple(verdict_of.failing)
+    missing = [m for item in items or (None,) for m in unreported(step, item, params)]
+    if missing:
+        return blocked(None, "; ".join(missing))
+    if not step.destructive or subject is None:
+        return Decision(Verdict.RUN, items=items)
+    return _owned(runbook, state, step, items, subject, allow_node_wide)
+
+
+def _owned(
+    runbook: Runbook,
+    state: Mapping[str, Any],
+    step: Step,
+    items: tuple[Any, ...],
+    subject: Subject,
+    allow_node_wide: bool,
+) -> Decision:
+    """Ownership's last word: only what is the subject's and broken."""
+    names = [n for n, o in runbook.observations.items() if o.parser == "process-owners"]
+    unavailable = [state[n] for n in names if isinstance(state.get(n), Unavailable)]
+    if unavailable or not all(n in state for n in names):
+        reason = unavailable[0].reason if unavailable else "the process owners were not observed"
+        return Decision(Verdict.BLOCKED, f"blocked: cannot tell who owns what: {reason}")
+    owners = tuple(row for n in names for row in state[n])
+    permission = ownership.permitted(
+        subject, step.affects, list(items) or [None], owners, allow_node_wide=allow_node_wide
+    )
+    if permission.blocked:
+        return Decision(Verdict.BLOCKED, "blocked: " + "; ".join(permission.blocked))
+    if not permission.allowed:
+        return Decision(
+            Verdict.SKIP,
+            "left alone: " + "; ".join(permission.left_alone),
+            left_alone=permission.left_alone,
+        )
+    allowed = tuple(item for item in permission.allowed if item is not None)
+    return Decision(Verdict.RUN, items=allowed, left_alone=permission.left_alone)
+
+
+def unreported(step: Step, item: Any, params: Mapping[str, Any]) -> list[str]:
+    """The values a step's command needs that were not reported (None): never sent as the
+    word 'None' (``kill -TERM None``), the step is blocked instead."""
+    if step.run is None:
+        return []
+    missing = []
+    for placeholder in step.run.placeholders:
+        name = placeholder.name
+        if name.startswith("item."):
+            if item is not None and getattr(item, name[5:], None) is None:
+                describe = getattr(item, "describe", None)
+                said = str(describe()) if callable(describe) else "an item"
+                missing.append(f"{said}: {name[5:]} was not reported")
+        elif params.get(name) is None:
+            missing.append(f"parameter {name} has no value (--set {name}=...)")
+    return missing
+
+
+def how_to_fix(runbook: Runbook, state: Mapping[str, Any]) -> str:
+    """What to do about the first observation that could not be made, for a blocked step."""
+    unavailable = [(n, v) for n, v in state.items() if isinstance(v, Unavailable)]
+    if not unavailable:
+        return ""
+    name, value = unavailable[0]
+    if value.condition == "not-found":
+        return f" (fix: install the command {name} runs, or put it on the login's PATH)"
+    if value.condition in {"failed", "unparsable", "timed-out"}:
+        source = runbook.observations[name].source
+        return f" (fix: make '{source}' work on the host; 'runbook check' shows what is observed)"
+    return (
+        f" (fix: the host reports {value.condition!r}; a runbook acts on it only with a step "
+        f"'when: {name}.condition == {value.condition!r}')"
+    )
