@@ -161,6 +161,72 @@ def test_strict_host_key_checking_no_is_said_once_and_unknown_keys_are_still_ref
     assert err.count("StrictHostKeyChecking no") == 1
     assert "unknown host key" in err
     assert known.read_text() == ""
+    # one line: the refusal, why the config's "no" is not followed, and what to do
+    assert err.count("\n") == 1, err
+    assert "is not followed (it would accept any key" in err
+    assert "re-run with --accept-new-host-key" in err
+
+
+@pytest.mark.ssh
+def test_known_hosts_dev_null_with_accept_new_connects_and_records_nothing(
+    capsys, gpu_host, tmp_path
+):
+    """The most common set-up of public ssh configs: StrictHostKeyChecking no and
+    UserKnownHostsFile /dev/null. With --accept-new-host-key the key is accepted for this
+    connection and recorded nowhere, as ssh does (it was 'Invalid argument', an fsync)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host gpu\n  HostName 127.0.0.1\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+        "  GlobalKnownHostsFile /dev/null\n"
+    )
+    argv = ["check", MINI, "--host", "gpu", "-F", str(config), "-o", f"Port={gpu_host.port}"]
+    argv += ["-o", f"User={gpu_host.user}", "-i", str(gpu_host.client_key)]
+    code = main([*argv, "--accept-new-host-key"])
+    out, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+    assert "for this connection only: UserKnownHostsFile is /dev/null" in err
+    assert "recorded the host key" not in out + err
+    assert not list(tmp_path.glob("known_hosts*"))
+    # without --accept-new-host-key: refused, with why
+    assert main(argv) == ExitCode.HOST_UNREACHABLE
+    assert "StrictHostKeyChecking no is not followed" in capsys.readouterr().err
+
+
+@pytest.mark.ssh
+def test_ssh_dash_o_j_f_reach_the_host_as_with_ssh(capsys, gpu_host, tmp_path):
+    """-F FILE, -o KEY=VALUE (repeatable) and -J JUMP on runbook's command line, as ssh's."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu jump\n  HostName 127.0.0.1\n  Port 1\n  IdentityFile {gpu_host.client_key}\n"
+        f"  UserKnownHostsFile {gpu_host.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
+    )
+    port, user = gpu_host.port, gpu_host.user
+    options = ["-o", f"Port={port}", "-o", f"User={user}", "-o", "Port=1"]
+    code = main(["check", MINI, "--host", "gpu", "-F", str(config), *options])
+    _, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+    jump = f"{user}@jump:{port}"
+    code = main(["check", MINI, "--host", "gpu", "-F", str(config), *options, "-J", jump])
+    _, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["-o", "Port"], "-o 'Port': not an ssh option"),
+        (["-o", "=x"], "not an ssh option"),
+        (["-o", "NoSuchOption=yes"], "Bad configuration option: nosuchoption"),
+        (["-J-oProxyCommand=x"], "not a host name"),
+    ],
+)
+def test_a_bad_dash_o_or_j_is_one_line_and_exit_2(capsys, extra, message):
+    code = main(["check", MINI, "--host", "gpu", *extra])
+    _, err = capsys.readouterr()
+    assert code == ExitCode.BAD_INPUT, err
+    assert message in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.ssh

@@ -163,7 +163,21 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
         help="record the key of a host not yet known (a changed key is always refused)",
     )
     ssh.add_argument(
-        "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
+        "-F", "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
+    )
+    ssh.add_argument(
+        "-o",
+        dest="ssh_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an ssh option, as ssh -o (repeatable; the first of a key wins): -o Port=2222",
+    )
+    ssh.add_argument(
+        "-J",
+        dest="jump",
+        metavar="[USER@]JUMP[:PORT]",
+        help="reach the host through these jump hosts (comma-separated), as ssh -J",
     )
     ssh.add_argument(
         "--connect-timeout",

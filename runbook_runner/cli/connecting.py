@@ -54,6 +54,8 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
         ssh=getattr(args, "ssh_client", "auto"),
+        options=getattr(args, "ssh_options", None) or (),
+        jump=getattr(args, "jump", None),
     )
     import_transport()  # waits for the main thread's import of it, if that is under way
     from runbook_runner.transport import SshTransport

@@ -89,6 +89,8 @@ def _target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
         accept_new_host_key=args.accept_new_host_key,
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+        options=getattr(args, "ssh_options", None) or (),
+        jump=getattr(args, "jump", None),
     )
 
 
