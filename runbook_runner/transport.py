@@ -133,6 +133,9 @@ class SshTransport:
         self.is_root = False
         self._batch_refused = False  # the host could not run a batch script (run_many)
         self._last_finished: tuple[str, int | None] | None = None  # for a stall's message
+        # --ask-become-pass: sent only to sudo -S, only where sudo -n is refused.
+        self.become_password: str | None = None
+        self._sudo_password: bool | None = None  # does this connection's sudo want it?
         # Called after every reconnect (the host lock re-takes itself); may raise to stop.
         self.after_reconnect: list[Callable[[], None]] = []
 
@@ -155,6 +158,7 @@ class SshTransport:
         self.is_root = bool(lines) and lines[0] == "0"
         self.login_user = lines[1] if len(lines) > 1 else self.target.user
         self._last_finished = None  # only the run's own commands are named in a stall
+        self._sudo_password = None
         return self
 
     def _notice_once(self, text: str) -> None:
@@ -173,8 +177,9 @@ class SshTransport:
         as_root: bool = False,
     ) -> CommandResult:
         """Run one command; on timeout its whole process group is ended on the host too."""
+        typed = None
         if as_root and not self.is_root:
-            command = f"sudo -n sh -c {quote(command)}"
+            command, typed = self._through_sudo(command)
         # The login shell is a session leader (sshd calls setsid): its PID is the
         # process group to end if the command outlives its timeout.
         wrapped = f"printf '%s%s\\n' {_PGID_MARK} $$ >&2; {command}"
@@ -185,7 +190,9 @@ class SshTransport:
             # Bytes, not str: a value given on the command line may hold bytes that are not
             # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
             channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
-            # Nothing is ever typed into a command: a command (or a sudo asking for a
+            if typed is not None:  # the become password, read by sudo -S alone
+                channel.sendall(typed)
+            # Nothing else is ever typed into a command: a command (or a sudo asking for a
             # password) that reads stdin gets end-of-file at once, not a wait until its timeout.
             channel.shutdown_write()
             timed_out = _drain(channel, started + timeout, out, err)
@@ -311,6 +318,9 @@ class SshTransport:
         wanted = list(commands)
         if len(wanted) < 2 or self._batch_refused:
             return [self._run_one(c, output_limit) for c in wanted]
+        if any(c.as_root for c in wanted) and self._sudo_needs_password():
+            # sudo -S reads the password from the command's stdin: one channel each.
+            return [self._run_one(c, output_limit) for c in wanted]
         boundary = batch.new_boundary()
         text = batch.script(wanted, boundary, output_limit, self.is_root)
         started = time.monotonic()
@@ -374,6 +384,26 @@ class SshTransport:
             )
             for c, o in zip(wanted, outputs, strict=True)
         ]
+
+    def _through_sudo(self, command: str) -> tuple[str, bytes | None]:
+        """``command`` as root on a non-root login, and what to type into it: ``sudo -n``,
+        or, where the host needs the password given with --ask-become-pass, ``sudo -S``
+        with the password on its stdin (never in the command line, never journaled)."""
+        if self._sudo_needs_password():
+            assert self.become_password is not None
+            typed = (self.become_password + "\n").encode("utf-8", "surrogateescape")
+            return f"sudo -S -p '' sh -c {quote(command)}", typed
+        return f"sudo -n sh -c {quote(command)}", None
+
+    def _sudo_needs_password(self) -> bool:
+        """Whether this host's sudo wants the become password (asked once per connection,
+        and only when one was given: without it, sudo -n says so itself)."""
+        if self.become_password is None or self.is_root:
+            return False
+        if self._sudo_password is None:
+            probe = self.run("sudo -n true", timeout=self.target.connect_timeout)
+            self._sudo_password = probe.exit_status != 0
+        return self._sudo_password
 
     def _run_one(self, command: BatchCommand, output_limit: int) -> CommandResult:
         return self.run(
@@ -451,11 +481,14 @@ class SshTransport:
             '[ -n "$a" ] || break; sleep 0.1; i=$((i+1)); done; '
             "for p in $g; do kill -KILL -$p 2>/dev/null; done; true"
         )
+        typed = None
         if use_sudo:
-            script = f"sudo -n sh -c {quote(script)}"
+            script, typed = self._through_sudo(script)
         channel = self._open_channel()
         try:
             channel.exec_command(script)
+            if typed is not None:
+                channel.sendall(typed)
             channel.shutdown_write()
             _drain(channel, time.monotonic() + 2, TailBuffer(4096), TailBuffer(4096))
         finally:

@@ -66,7 +66,16 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
     def notice(text: str) -> None:
         print(f"runbook: {text}", file=sys.stderr, flush=True)
 
-    return SshTransport(target, _prompt_passphrase, recorded, notice).connect()
+    transport = SshTransport(target, _prompt_passphrase, recorded, notice)
+    transport.become_password = become_password(args)
+    return transport.connect()
+
+
+def become_password(args: argparse.Namespace) -> str | None:
+    """The sudo password -K asked for, if any."""
+    secret = getattr(args, "become_password", None)
+    value = getattr(secret, "value", None)
+    return value if isinstance(value, str) else None
 
 
 def key_recorded(host: str, key: Any, known_hosts: Path) -> str:
