@@ -447,7 +447,7 @@ class SshTransport:
     def _stalled_unless_answering(self, phase: str, what: str) -> None:
         """After a wait ran out: a lost connection (exit 3) naming ``phase`` if the host no
         longer answers at all, rather than a slow command or a lock-folder problem."""
-        within = min(self.target.connect_timeout, STALL_PROBE_S)
+        within = max(self.target.connect_timeout, STALL_PROBE_S)
         if self.answers(within):
             return
         self.close()  # nothing more can go through it; a reconnect starts afresh
@@ -542,7 +542,7 @@ def _local_user() -> str:
 
 
 EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
-STALL_PROBE_S = 5.0  # after a wait ran out: how long the host has to answer a new channel
+STALL_PROBE_S = 5.0  # after a wait ran out, the host has max(ConnectTimeout, this) to answer
 
 
 def _drain(channel: paramiko.Channel, deadline: float, out: TailBuffer, err: TailBuffer) -> bool:

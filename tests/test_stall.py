@@ -37,7 +37,7 @@ def _config(gpu_host, tmp_path: Path) -> Path:
     config.write_text(
         f"Host gpu\n  HostName 127.0.0.1\n  Port {gpu_host.port}\n  User {gpu_host.user}\n"
         f"  IdentityFile {gpu_host.client_key}\n  UserKnownHostsFile {gpu_host.known_hosts}\n"
-        f"  GlobalKnownHostsFile /dev/null\n  ConnectTimeout 2\n"
+        f"  GlobalKnownHostsFile /dev/null\n  ConnectTimeout 5\n"
         f"  ProxyCommand {sys.executable} {RELAY} %h %p\n"
     )
     return config
@@ -67,7 +67,7 @@ def test_a_stall_before_a_command_says_it_was_not_sent(stalled):
     with pytest.raises(ConnectionLost) as lost:
         transport.run("true", timeout=2)
     message = str(lost.value)
-    assert time.monotonic() - since < 2 + 3  # the 2 s ConnectTimeout, some slack
+    assert time.monotonic() - since < 5 + 3  # the 5 s ConnectTimeout, some slack
     assert "the connection stalled while running a command" in message
     assert "the command was not sent" in message
     assert "the command before it had finished on the host (exit 0): echo done" in message
@@ -96,7 +96,7 @@ def test_a_stall_during_a_command_is_a_lost_connection_not_a_timeout(gpu_host, t
         with pytest.raises(ConnectionLost) as lost:
             transport.run(f"cat {fifo}", timeout=3)
         message = str(lost.value)
-        assert time.monotonic() - started < 3 + 2 + 3  # its timeout, the 2 s probe, slack
+        assert time.monotonic() - started < 3 + 5 + 3  # its timeout, the 5 s probe, slack
         assert "the connection stalled while running a command" in message
         assert "its end never came in the 3s it was given" in message
         assert "whether it finished on the host is not known" in message
@@ -122,7 +122,7 @@ def test_a_stall_while_taking_the_lock_is_not_a_lock_folder_problem(stalled, mon
     with pytest.raises(ConnectionLost) as lost:
         lock.acquire()
     message = str(lost.value)
-    assert time.monotonic() - since < 2 + 2 + 3
+    assert time.monotonic() - since < 2 + 5 + 3
     assert "stalled while taking the lock" in message
     assert "folder" not in message
     assert "the command before it had finished on the host (exit 0)" in message
