@@ -64,7 +64,9 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         say(key_recorded(host, key, target.known_hosts))
 
     def notice(text: str) -> None:
-        print(f"runbook: {text}", file=sys.stderr, flush=True)
+        from runbook_runner.safetext import visible
+
+        print(f"runbook: {visible(text, lines=False)}", file=sys.stderr, flush=True)
 
     transport = SshTransport(target, _prompt_passphrase, recorded, notice)
     transport.become_password = become_password(args)
