@@ -12,6 +12,7 @@ read as markup.
 from __future__ import annotations
 
 import re
+import secrets
 
 # C0 controls, DEL, C1 controls, and the Unicode format characters that reorder or hide
 # text (bidi overrides and isolates, line and paragraph separators, zero-width joiners).
@@ -59,24 +60,42 @@ def visible(text: str, *, lines: bool = True, tabs: bool = True) -> str:
     return pattern.sub(_shown, text)
 
 
-# Our own colours (render.Style): the only escape sequences a terminal line may carry.
-_OWN_SGR = re.compile(r"\x1b\[(?:0|[123]|3[1236])(?:;(?:[123]|3[1236]))*m")
+# Our own colours (render.Style) travel inside a line as tokens no host can write: private-use
+# characters around a number drawn when this process starts. Only :func:`visible_styled`
+# turns them into SGR codes; every escape sequence already in the text (a host's
+# ``\x1b[32m`` included) is shown escaped, so host text never styles the terminal.
+_NONCE = secrets.token_hex(8)
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_OWN_TOKEN = re.compile(re.escape(_OPEN + _NONCE) + r"([0-9;]+)" + re.escape(_CLOSE))
+_SGR_CODES = frozenset({"0", "1", "2", "3", "31", "32", "33", "36"})
+
+
+def own_sgr(codes: str) -> str:
+    """The tool's own colour ``codes`` (``1;31``), as a token for :func:`visible_styled`."""
+    if not set(codes.split(";")) <= _SGR_CODES:
+        raise ValueError(f"not one of our colours: {codes!r}")
+    return f"{_OPEN}{_NONCE}{codes}{_CLOSE}"
 
 
 def visible_styled(text: str) -> str:
-    """Like :func:`visible`, but keeps the colour codes ``render.Style`` adds.
+    """Like :func:`visible`, but turns the colour tokens ``render.Style`` adds into SGR codes.
 
-    Host text is escaped by ``Style`` before it is coloured; this is the last guard on
-    a whole line, which may hold both.
+    Host text is escaped by ``Style`` before it is coloured; this is the last guard on a
+    whole line, which may hold both: any escape sequence in it is shown, not obeyed.
     """
     parts: list[str] = []
     position = 0
-    for match in _OWN_SGR.finditer(text):
+    for match in _OWN_TOKEN.finditer(text):
         parts.append(visible(text[position : match.start()]))
-        parts.append(match.group())
+        parts.append(f"\x1b[{match.group(1)}m")
         position = match.end()
     parts.append(visible(text[position:]))
     return "".join(parts)
+
+
+def plain(text: str) -> str:
+    """``text`` without the tool's colour tokens (for a stream that is not a terminal)."""
+    return _OWN_TOKEN.sub("", text)
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~!#])")

@@ -132,6 +132,10 @@ class SshTransport:
         self.login_user: str | None = None
         self.is_root = False
         self._batch_refused = False  # the host could not run a batch script (run_many)
+        self._last_finished: tuple[str, int | None] | None = None  # for a stall's message
+        # --ask-become-pass: sent only to sudo -S, only where sudo -n is refused.
+        self.become_password: str | None = None
+        self._sudo_password: bool | None = None  # does this connection's sudo want it?
         # Called after every reconnect (the host lock re-takes itself); may raise to stop.
         self.after_reconnect: list[Callable[[], None]] = []
 
@@ -153,6 +157,8 @@ class SshTransport:
         lines = whoami.stdout.split()
         self.is_root = bool(lines) and lines[0] == "0"
         self.login_user = lines[1] if len(lines) > 1 else self.target.user
+        self._last_finished = None  # only the run's own commands are named in a stall
+        self._sudo_password = None
         return self
 
     def _notice_once(self, text: str) -> None:
@@ -171,19 +177,22 @@ class SshTransport:
         as_root: bool = False,
     ) -> CommandResult:
         """Run one command; on timeout its whole process group is ended on the host too."""
+        typed = None
         if as_root and not self.is_root:
-            command = f"sudo -n sh -c {quote(command)}"
+            command, typed = self._through_sudo(command)
         # The login shell is a session leader (sshd calls setsid): its PID is the
         # process group to end if the command outlives its timeout.
         wrapped = f"printf '%s%s\\n' {_PGID_MARK} $$ >&2; {command}"
         started = time.monotonic()
         out, err = TailBuffer(output_limit), TailBuffer(output_limit)
-        channel = self._open_channel()
+        channel = self._open_channel("running a command", "the command was not sent")
         try:
             # Bytes, not str: a value given on the command line may hold bytes that are not
             # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
             channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
-            # Nothing is ever typed into a command: a command (or a sudo asking for a
+            if typed is not None:  # the become password, read by sudo -S alone
+                channel.sendall(typed)
+            # Nothing else is ever typed into a command: a command (or a sudo asking for a
             # password) that reads stdin gets end-of-file at once, not a wait until its timeout.
             channel.shutdown_write()
             timed_out = _drain(channel, started + timeout, out, err)
@@ -204,6 +213,14 @@ class SshTransport:
             ) from None
         finally:
             _close_quietly(channel)
+        if timed_out:
+            self._stalled_unless_answering(
+                "running a command",
+                f"its end never came in the {timeout:g}s it was given: whether it finished on "
+                "the host is not known",
+            )
+        else:
+            self._last_finished = (command, exit_status)
         pgid, mark_size = _pgid_mark(err.head)
         stderr_bytes = err.bytes()
         if not err.truncated:  # the mark is still at the front of what we kept
@@ -247,7 +264,7 @@ class SshTransport:
         """Start a command that runs for as long as this connection lives: its stdin stays
         open until the returned channel is closed or the connection dies. It is held once
         it prints the line ``ready``; if it exits first, its status and output come back."""
-        channel = self._open_channel()
+        channel = self._open_channel("taking the lock", "the lock was not asked for")
         out, err = TailBuffer(65536), TailBuffer(65536)
         marker = ready.encode() + b"\n"
         deadline = time.monotonic() + timeout
@@ -274,6 +291,9 @@ class SshTransport:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     _close_quietly(channel)
+                    self._stalled_unless_answering(
+                        "taking the lock", f"the lock was not taken in {timeout:g}s"
+                    )
                     return Held(None, text.decode("utf-8", "replace"), "timed out")
                 if channel.eof_received:
                     channel.status_event.wait(min(remaining, 0.2))
@@ -298,10 +318,13 @@ class SshTransport:
         wanted = list(commands)
         if len(wanted) < 2 or self._batch_refused:
             return [self._run_one(c, output_limit) for c in wanted]
+        if any(c.as_root for c in wanted) and self._sudo_needs_password():
+            # sudo -S reads the password from the command's stdin: one channel each.
+            return [self._run_one(c, output_limit) for c in wanted]
         boundary = batch.new_boundary()
         text = batch.script(wanted, boundary, output_limit, self.is_root)
         started = time.monotonic()
-        channel = self._open_channel()
+        channel = self._open_channel("observing the host", "the observations were not sent")
         # Room for every command's kept output on both streams, plus the headers.
         room = 2 * output_limit * len(wanted) + 256 * len(wanted) + 4096
         out, err = TailBuffer(room), TailBuffer(room)
@@ -328,6 +351,10 @@ class SshTransport:
             _close_quietly(channel)
         duration = time.monotonic() - started
         if timed_out:
+            self._stalled_unless_answering(
+                "observing the host",
+                f"{len(wanted)} observation commands had not ended in {batch.deadline(wanted):g}s",
+            )
             pgid, _ = _pgid_mark(err.head)
             if pgid:
                 sudo = any(c.as_root for c in wanted) and not self.is_root
@@ -358,21 +385,84 @@ class SshTransport:
             for c, o in zip(wanted, outputs, strict=True)
         ]
 
+    def _through_sudo(self, command: str) -> tuple[str, bytes | None]:
+        """``command`` as root on a non-root login, and what to type into it: ``sudo -n``,
+        or, where the host needs the password given with --ask-become-pass, ``sudo -S``
+        with the password on its stdin (never in the command line, never journaled)."""
+        if self._sudo_needs_password():
+            assert self.become_password is not None
+            typed = (self.become_password + "\n").encode("utf-8", "surrogateescape")
+            return f"sudo -S -p '' sh -c {quote(command)}", typed
+        return f"sudo -n sh -c {quote(command)}", None
+
+    def _sudo_needs_password(self) -> bool:
+        """Whether this host's sudo wants the become password (asked once per connection,
+        and only when one was given: without it, sudo -n says so itself)."""
+        if self.become_password is None or self.is_root:
+            return False
+        if self._sudo_password is None:
+            probe = self.run("sudo -n true", timeout=self.target.connect_timeout)
+            self._sudo_password = probe.exit_status != 0
+        return self._sudo_password
+
     def _run_one(self, command: BatchCommand, output_limit: int) -> CommandResult:
         return self.run(
             command.command, command.timeout, output_limit=output_limit, as_root=command.as_root
         )
 
-    def _open_channel(self) -> paramiko.Channel:
+    def _open_channel(
+        self, phase: str = "ending a command", unsent: str = "nothing was sent"
+    ) -> paramiko.Channel:
         transport = self._client.get_transport() if self._client else None
         if transport is None or not transport.is_active():
             raise ConnectionLost(f"{self.target.label}: not connected", "reconnect and re-run")
         try:
             return transport.open_session(timeout=self.target.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as error:
+            if transport.is_active():  # no answer to the channel request: a stall
+                self.close()
+                raise ConnectionLost(
+                    f"{self.target.label}: the connection stalled while {phase}: the host did "
+                    f"not answer a request for a new channel in "
+                    f"{self.target.connect_timeout:g}s; {unsent}{self._after_last()}",
+                    "check the host and the network path to it; re-run, or resume the run",
+                ) from None
             raise ConnectionLost(
                 f"{self.target.label}: cannot open a channel ({error})", "re-run"
             ) from None
+
+    def answers(self, within: float) -> bool:
+        """Whether the host still answers on this connection: a new channel (which sshd
+        must confirm or refuse) within ``within`` seconds. Nothing runs on the host."""
+        transport = self._client.get_transport() if self._client else None
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            probe = transport.open_session(timeout=within)
+        except (paramiko.SSHException, OSError, EOFError):
+            return False
+        _close_quietly(probe)
+        return True
+
+    def _stalled_unless_answering(self, phase: str, what: str) -> None:
+        """After a wait ran out: a lost connection (exit 3) naming ``phase`` if the host no
+        longer answers at all, rather than a slow command or a lock-folder problem."""
+        within = max(self.target.connect_timeout, STALL_PROBE_S)
+        if self.answers(within):
+            return
+        self.close()  # nothing more can go through it; a reconnect starts afresh
+        raise ConnectionLost(
+            f"{self.target.label}: the connection stalled while {phase}: the host stopped "
+            f"answering (no reply in {within:g}s); {what}{self._after_last()}",
+            "check the host and the network path to it; re-run, or resume the run",
+        )
+
+    def _after_last(self) -> str:
+        if self._last_finished is None:
+            return ""
+        command, status = self._last_finished
+        shown = command if len(command) <= 60 else command[:57] + "..."
+        return f"; the command before it had finished on the host (exit {status}): {shown}"
 
     def _end_process_group(self, pgid: str, use_sudo: bool, session: bool = False) -> None:
         """End a command's process group; ``session``: every group of its session too (a
@@ -391,11 +481,14 @@ class SshTransport:
             '[ -n "$a" ] || break; sleep 0.1; i=$((i+1)); done; '
             "for p in $g; do kill -KILL -$p 2>/dev/null; done; true"
         )
+        typed = None
         if use_sudo:
-            script = f"sudo -n sh -c {quote(script)}"
+            script, typed = self._through_sudo(script)
         channel = self._open_channel()
         try:
             channel.exec_command(script)
+            if typed is not None:
+                channel.sendall(typed)
             channel.shutdown_write()
             _drain(channel, time.monotonic() + 2, TailBuffer(4096), TailBuffer(4096))
         finally:
@@ -449,6 +542,7 @@ def _local_user() -> str:
 
 
 EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
+STALL_PROBE_S = 5.0  # after a wait ran out, the host has max(ConnectTimeout, this) to answer
 
 
 def _drain(channel: paramiko.Channel, deadline: float, out: TailBuffer, err: TailBuffer) -> bool:

@@ -305,8 +305,8 @@ def test_a_host_that_refuses_the_script_is_not_asked_again_on_that_connection(co
     sent: list[str] = []
     real = transport._open_channel
 
-    def opening() -> Any:
-        channel = real()
+    def opening(*args: str) -> Any:
+        channel = real(*args)
         original = channel.exec_command
         channel.exec_command = lambda command: sent.append(command) or original(command)
         return channel

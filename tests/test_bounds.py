@@ -161,3 +161,80 @@ def test_a_parameter_pattern_that_backtracks_is_refused_not_run_for_minutes():
     problem = value_problem({"type": "string", "pattern": "(a|aa)+"}, "a" * 40 + "b")
     assert problem is not None
     assert "too long" in problem
+
+
+# -- bounds on every local input (issue 28) ------------------------------------------------
+
+_DEEP_JSON = "[" * 100_000 + "]" * 100_000
+_DEEP_YAML = "gpus: " + "[" * 5_000 + "]" * 5_000
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("deep.json", _DEEP_JSON, ":1:65: nested more than 64 levels deep"),
+        ("deep.yaml", _DEEP_YAML, ":1:70: nested more than 64 levels deep"),
+        ("digits.yaml", "gpus: " + "1" * 5_000, ":1:7: gpus: a number of 5,000 characters"),
+        ("count.yaml", "gpus: 10000000", ": gpus: 10000000 GPUs (a host has 0 to 256)"),
+        ("list.yaml", "gpus: [" + "{}, " * 300 + "]", ": gpus: 300 GPUs"),
+        ("negative.yaml", "gpus: -1", ": gpus: -1 GPUs"),
+        ("dup.json", '{"gpus": 2, "gpus": 3}', ":1:13: gpus: duplicate key 'gpus'"),
+        (
+            "nul.yaml",
+            'processes: [{pid: 1, cmdline: "a\\0b"}]',
+            ":1:31: processes[0].cmdline: a NUL character",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 12 else None,
+)
+def test_a_state_file_out_of_bounds_is_refused_with_the_field(
+    name, text, message, tmp_path, capsys
+):
+    state = tmp_path / name
+    state.write_text(text)
+    code = main(["test", "gpu-node-health", "--state", str(state)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.BAD_INPUT, err
+    assert err.startswith(f"runbook: --state {state}{message}"), err
+    assert err.count("\n") == 1
+
+
+def _runbook_with_default(default: str) -> str:
+    return (
+        "name: nul\ntitle: t\nsummary: s\n"
+        f"parameters:\n  v: {{type: string, default: {default}, description: d}}\n"
+        "observations:\n  o: {command: 'true', parser: lines}\n"
+        "checks:\n  c: {description: d, none: o}\n"
+        "goal: [c]\nsteps:\n  - id: s\n    title: s\n    run: echo {{ v }}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("default", "message"),
+    [
+        ('"a\\0b"', "nul.yaml:5:30: parameters.v.default: a NUL character"),
+        ("1" * 5_000, "nul.yaml:5:30: parameters.v.default: a number of 5,000 characters"),
+    ],
+    ids=["nul", "digits"],
+)
+def test_a_runbook_value_out_of_bounds_is_refused_at_load(default, message, tmp_path, capsys):
+    runbook = tmp_path / "nul.yaml"
+    runbook.write_text(_runbook_with_default(default))
+    assert main(["validate", str(runbook)]) == ExitCode.BAD_INPUT
+    assert message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("all:\n  hosts: {a: {}, a: {}}\n", "inv.yaml:2:18: all.hosts.a: duplicate key 'a'"),
+        ("all: " + "[" * 5_000 + "]" * 5_000, "inv.yaml:1:69: nested more than 64 levels deep"),
+        ("all:\n  vars: {ansible_port: " + "9" * 5_000 + "}", "a number of 5,000 characters"),
+    ],
+    ids=["duplicate", "deep", "digits"],
+)
+def test_an_inventory_out_of_bounds_is_one_line_with_the_field(text, message):
+    from runbook_runner.fleet.inventory import InventoryError, parse
+
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        parse(text, "inv.yaml")

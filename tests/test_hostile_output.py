@@ -25,6 +25,7 @@ pytestmark = pytest.mark.ssh
 EVIL = (
     "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIC8=\x07\x1b[2J\x1b[H\rOVERWRITTEN\x9b31m"
     "\u202e<script>alert(1)</script>|`x`![i](http://e/i.png)"
+    "\x1b[1;32mGREEN\x1b[0m\x1b[32m"  # the colour codes the tool uses for itself
 )
 RAW = ["\x1b", "\r", "\x07", "\x9b", "\u202e"]
 
@@ -74,6 +75,7 @@ def test_check_shows_host_control_characters_escaped(hostile_host, capsys):
     assert code == ExitCode.GOAL_NOT_MET
     _assert_visible_only(out + err)
     assert "\\x1b]0;pwned\\x07" in out  # the data is there, made visible
+    assert "\\x1b[1;32mGREEN\\x1b[0m" in out  # host colour codes shown, not obeyed
 
 
 def test_run_and_runs_show_escape_host_output(hostile_host, capsys):
@@ -118,9 +120,24 @@ def test_visible_shows_each_control_character(text, shown):
 
 
 def test_visible_styled_keeps_only_our_colours():
-    ours = "\x1b[1;31mFAIL\x1b[0m"
-    assert visible_styled(ours + " \x1b]0;t\x07") == ours + " \\x1b]0;t\\x07"
+    from runbook_runner.cli.render import Style
+
+    ours = Style(True)("FAIL", "bold", "red")
+    assert visible_styled(ours + " \x1b]0;t\x07") == "\x1b[1;31mFAIL\x1b[0m \\x1b]0;t\\x07"
     assert visible_styled("\x1b[2J") == "\\x1b[2J"
+
+
+def test_host_text_with_our_own_colour_codes_never_styles():
+    """The same SGR codes the tool uses, written by a host, are shown escaped: in a line,
+    inside our own colour, and in a line that holds our colour too."""
+    from runbook_runner.cli.render import Style
+
+    host = "\x1b[1;32mgreen\x1b[0m"
+    assert visible_styled(host) == "\\x1b[1;32mgreen\\x1b[0m"
+    line = Style(True)("FAIL", "red") + " " + host
+    assert visible_styled(line) == "\x1b[31mFAIL\x1b[0m \\x1b[1;32mgreen\\x1b[0m"
+    assert visible_styled(Style(True)(host, "red")).count("\x1b[") == 2  # ours only
+    assert Style(False)(host) == "\\x1b[1;32mgreen\\x1b[0m"
 
 
 def test_markdown_cell_escapes_markup_html_and_newlines():

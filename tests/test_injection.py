@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from runbook_runner.format.template import Template, quote, shell_problems
+from runbook_runner.format.template import PLACEHOLDER, Template, quote, shell_problems
 from runbook_runner.observe import PARSERS
 
 # (template, what printf prints around the value)
@@ -31,9 +31,9 @@ ALLOWED_SHAPES = [
     ("printf '%s' {{ v }}; true", b"", b""),
     ("true && printf '%s' {{ v }} | cat", b"", b""),
     ("if true; then printf '%s' {{ v }}; fi", b"", b""),
-    ("A={{ v }} printf '%s' {{ v }}>&1", b"", b""),
+    ("printf '%s' {{ v }}>&1", b"", b""),
+    ("printf -- '%s' {{ v }} 2>/dev/null", b"", b""),
     ("printf '%s' x{{ v }}:{{ v }}y", None, None),  # two copies: checked separately
-    ("sh -c 'printf %s \"$1\"' _ {{ v }}", b"", b""),  # the safe way to hand a value to sh -c
 ]
 
 REJECTED_SHAPES = [
@@ -60,6 +60,24 @@ REJECTED_SHAPES = [
     "sh -c -eval {{ v }}",  # options after -c: the script is the first operand
     'e"v"al printf %s {{ v }}',
     "$CMD printf %s {{ v }}",
+    # a value is data only as an operand of a command that never runs its operands:
+    "A={{ v }} printf '%s' x",
+    "sh -c 'printf %s \"$1\"' _ {{ v }}",
+    "printf {{ v }}",
+    "printf >x {{ v }} y",
+    "printf $F {{ v }}",
+    "test -v {{ v }}",
+    "test {{ v }} {{ v }}",
+    "[ -R {{ v }} ]",
+    "test $X {{ v }}",
+    'kill() { eval "$1"; }; kill {{ v }}',
+    "alias kill=eval\nkill {{ v }}",
+    "PATH=/tmp; rm {{ v }}",
+    "echo x > {{ v }}",
+    "echo x 2>{{ v }}",
+    "./kill {{ v }}",
+    "tar -cf x {{ v }}",
+    "sort {{ v }}",
 ]
 
 PAYLOADS = [
@@ -265,3 +283,211 @@ def test_a_parenthesis_inside_evals_words_does_not_end_eval():
     assert shell_problems("eval (x) {{ v }}")
     assert not shell_problems("A=()printf '%s' {{ v }}")  # no eval: the value is an argument
     assert not shell_problems("true; (printf '%s' {{ v }})")  # a subshell where a command starts
+
+
+# -- placeholders by construction: only an operand of a command that takes it as data ----
+
+# Commands that run, source or re-parse what they are given (the eight of issue 28 first).
+# "{}" is where the rest of the command goes.
+WRAPPERS = [
+    "trap {} EXIT",
+    "flock /tmp/lock -c {}",
+    "script -qc {} /dev/null",
+    "awk {}",
+    ". {}",
+    "command {}",
+    "timeout 5 {}",
+    "nohup {}",
+    "env {}",
+    "env A=1 {}",
+    "xargs {}",
+    "xargs -0 -- {}",
+    "find . -exec {} ;",
+    "parallel {}",
+    "watch -n 1 {}",
+    "sudo {}",
+    "sudo -n -u root -- {}",
+    "su -c {}",
+    "su root -c {}",
+    "runuser -u root -- {}",
+    "nice {}",
+    "nice -n 5 {}",
+    "ionice -c 3 {}",
+    "chroot / {}",
+    "setsid {}",
+    "stdbuf -o0 {}",
+    "busybox {}",
+    "busybox sh -c {}",
+    "eval {}",
+    "sh -c {}",
+    "bash -c 'exec \"$@\"' _ {}",
+    "builtin {}",
+]
+# What the wrapper runs: the value alone, or a command that would take it as data.
+INNER = ["{{ v }}", "kill -TERM {{ v }}", "echo {{ v }}", "printf '%s' {{ v }}", "rm -f -- {{ v }}"]
+# Where the wrapped command may sit in a longer command.
+AROUND = ["{}", "true; {}", "true && {} | cat", "if true; then {}; fi", "( {} )", "{ {}; }", "! {}"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    wrapper=st.sampled_from(WRAPPERS),
+    inner=st.sampled_from(INNER),
+    around=st.sampled_from(AROUND),
+    prefix=st.sampled_from(["", "A=1 ", "exec ", "time ", "/usr/bin/", "\\"]),
+)
+def test_a_placeholder_under_any_wrapper_is_refused(wrapper, inner, around, prefix):
+    """Not a list of wrappers to refuse: the command a placeholder is given to is not one
+    known to take it as data, so it is refused, whatever that command is."""
+    template = around.replace("{}", prefix + wrapper.replace("{}", inner), 1)
+    problems = shell_problems(template)
+    assert problems, template
+    assert {offset for offset, _ in problems} >= {
+        m.start() for m in PLACEHOLDER.finditer(template)
+    }, template
+
+
+# The eight wrappers of issue 28, each with a value that makes it run `touch canary`:
+# what `validate` accepted before, and what each one did with the value.
+ISSUE_28_RUNS = [
+    ("trap {{ v }} EXIT", "touch canary"),
+    ("flock lock -c {{ v }}", "touch canary"),
+    ("script -qc {{ v }} /dev/null", "touch canary"),
+    ("awk {{ v }} </dev/null", 'BEGIN{system("touch canary")}'),
+    (". {{ v }}", "./payload"),
+    ("command {{ v }} canary", "touch"),
+    ("timeout 5 {{ v }} canary", "touch"),
+    ("nohup {{ v }} canary", "touch"),
+]
+
+
+@pytest.mark.parametrize(("template", "value"), ISSUE_28_RUNS)
+def test_the_eight_wrappers_of_issue_28_run_the_value_and_are_refused(
+    template, value, tmp_path: Path
+):
+    tool = template.split()[0]
+    if tool not in (".", "trap", "command") and shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    (tmp_path / "payload").write_text("touch canary\n")
+    subprocess.run(
+        ["sh", "-c", _render(template, value)],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=20,
+        check=False,
+    )
+    assert (tmp_path / "canary").exists(), "the wrapper did not run the value"
+    assert shell_problems(template), template
+
+
+# Every form the rule accepts, one per command of the allow-list (those installed here).
+ACCEPTED_FORMS = [
+    "kill -0 {{ v }}",
+    "kill -s 0 -- {{ v }}",
+    "echo {{ v }}",
+    "echo -n x{{ v }}",
+    "printf '%s' {{ v }}",
+    "printf -- '%s\\n' a {{ v }}",
+    "cat -- {{ v }}",
+    "ls -d -- {{ v }}",
+    "stat -- {{ v }}",
+    "grep -e {{ v }} /dev/null",
+    "grep -F -- {{ v }} /dev/null",
+    "head -c 1 {{ v }}",
+    "tail -c 1 -- {{ v }}",
+    "wc -c {{ v }}",
+    "df -- {{ v }}",
+    "du -s -- {{ v }}",
+    "rm -f -- {{ v }}",
+    "rmdir -- {{ v }}",
+    "pgrep -f -- {{ v }}",
+    "pkill -0 -f -- {{ v }}",
+    "ps -p {{ v }}",
+    "fuser -s {{ v }}",
+    "fuser -s {{ v }} || rm -f -- {{ v }}",
+    "test -e {{ v }}",
+    "test {{ v }} = x",
+    "test -n {{ v }} -a x != {{ v }}",
+    "[ -z {{ v }} ]",
+    "[ x -eq {{ v }} ]",
+    "systemctl --no-pager status -- {{ v }}",
+    "nvidia-smi -i {{ v }} -pm 0",
+    "sort -- {{ v }}",
+    "tar -tf /dev/null -- {{ v }}",
+    "true {{ v }}",
+    "false {{ v }}",
+]
+_INSTALLED_FORMS = [
+    form
+    for form in ACCEPTED_FORMS
+    if form.split()[0] in ("kill", "echo", "printf", "test", "[", "true", "false")
+    or shutil.which(form.split()[0])
+]
+
+
+@pytest.mark.parametrize("form", ACCEPTED_FORMS)
+def test_each_allowed_command_is_accepted(form):
+    assert shell_problems(form) == [], form
+
+
+def test_the_allow_list_is_the_documented_one():
+    """README's placeholder paragraph names every command of the allow-list."""
+    from runbook_runner.format.template import allowed_commands
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    paragraph = readme[readme.index("Placeholders by construction") :][:3000]
+    for name in allowed_commands():
+        assert f"`{name}`" in paragraph, name
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=VALUES, form=st.sampled_from(_INSTALLED_FORMS))
+def test_arbitrary_bytes_through_every_accepted_form_never_run(value, form):
+    """Every accepted form, with arbitrary bytes (and the breakout payloads), run by a
+    real sh and bash, as is and as a root step is sent (sh -c QUOTED): nothing runs."""
+    with tempfile.TemporaryDirectory() as folder:
+        for payload in (value, *PAYLOADS):
+            command = _render(form, payload)
+            for shell in SHELLS:
+                for line in (command, f"sh -c {quote(command)}"):
+                    subprocess.run(
+                        [shell, b"-c", line.encode("utf-8", "surrogateescape")],
+                        cwd=folder,
+                        stdin=subprocess.DEVNULL,
+                        capture_output=True,
+                        timeout=20,
+                        check=False,
+                    )
+            assert os.listdir(folder) == [], (form, payload)
+
+
+def test_bash_printf_v_and_test_v_run_a_subscript_so_they_are_refused(tmp_path: Path):
+    """Why printf's format and test's -v operand are not data positions in bash."""
+    if not shutil.which("bash"):
+        pytest.skip("no bash")
+    value = "a[$(touch canary)]"
+    for template in ("test -v {{ v }}", "printf -v {{ v }} x"):
+        subprocess.run(["bash", "-c", _render(template, value)], cwd=tmp_path, check=False)
+        assert (tmp_path / "canary").exists(), template
+        (tmp_path / "canary").unlink()
+        assert shell_problems(template), template
+    assert not shell_problems("printf -v X '%s' {{ v }}")  # after the format: data
+
+
+def test_validate_names_the_command_and_the_fix(tmp_path, capsys):
+    from runbook_runner.cli import main
+
+    runbook = tmp_path / "wrapped.yaml"
+    runbook.write_text(
+        "name: wrapped\ntitle: t\nsummary: s\n"
+        "parameters:\n  v: {type: string, default: x, description: d}\n"
+        "observations:\n  o: {command: 'true', parser: lines}\n"
+        "checks:\n  c: {description: d, every: o, expect: 'true'}\n"
+        "goal: [c]\nsteps:\n  - id: s\n    title: s\n"
+        "    run: timeout 5 {{ v }}\n"
+    )
+    assert main(["validate", str(runbook)]) == 2
+    out = capsys.readouterr().out
+    assert "wrapped.yaml:14:20: steps[0].run: placeholder in an operand of 'timeout'" in out
+    assert "kill -TERM {{ item.pid }}" in out

@@ -148,6 +148,8 @@ class Case:
     agent: bool = False  # SSH_AUTH_SOCK points at the lab's agent (with the good key)
     known_hosts: str | None = None  # this case's own known_hosts ({case_kh}), a template
     refusal: str | None = None  # we refuse on purpose, with this in the message
+    options: tuple[str, ...] = ()  # -o KEY=VALUE, templates
+    jump: str | None = None  # -J, a template
 
 
 # Every config ends with this block, so first-match-wins leaves the case's own lines first.
@@ -233,6 +235,32 @@ CONFIGS = [
         GPU + "  ConnectTimeout 7\n  ServerAliveInterval 5\n  ServerAliveCountMax 2\n",
     ),
     Case("proxyjump-alias", GPU + "  ProxyJump j1\n" + JUMP),
+    # ssh's own -o, -J on the command line (issue 28), through the same ssh -G
+    Case(
+        "dash-o-port-and-user",
+        GPU.replace("  Port {port}\n", "").replace("  User {user}\n", ""),
+        options=("Port={port}", "User={user}"),
+    ),
+    Case(
+        "dash-o-wins-over-the-config",
+        GPU.replace("Port {port}", "Port 1"),
+        options=("Port {port}",),
+    ),
+    Case("dash-o-first-wins", GPU, options=("Port={port}", "Port=1")),
+    Case(
+        "dash-o-identity-file",
+        GPU.replace("  IdentityFile {key}\n", ""),
+        options=("IdentityFile={key}",),
+    ),
+    Case("dash-o-proxyjump", GPU + JUMP, options=("ProxyJump=j1",)),
+    Case("dash-j-alias", GPU + JUMP, jump="j1"),
+    Case("dash-j-chain", GPU + JUMP, jump="j1,j2"),
+    Case(
+        "dash-j-user-host-port",
+        GPU + "Host 127.0.0.1\n  IdentityFile {key}\n",
+        jump="{user}@127.0.0.1:{jport}",
+    ),
+    Case("dash-j-overrides-proxyjump", GPU + "  ProxyJump nowhere.invalid\n" + JUMP, jump="j1"),
     Case("proxyjump-chain-of-aliases", GPU + "  ProxyJump j1,j2\n" + JUMP),
     Case(
         "proxyjump-user-host-port",
@@ -423,6 +451,8 @@ def _ours(case: Case, config: Path, values: dict[str, str]) -> Outcome:
             port=int(case.port.format(**values)) if case.port else None,
             identity_files=[case.identity.format(**values)] if case.identity else None,
             ssh_config=config,
+            options=[o.format(**values) for o in case.options],
+            jump=case.jump.format(**values) if case.jump else None,
         )
     except SshSetupError as error:
         return Outcome(False, str(error))
@@ -441,7 +471,7 @@ def _openssh(case: Case, config: Path, values: dict[str, str]) -> subprocess.Com
         argv += ["-p", case.port.format(**values)]
     if case.identity:
         argv += ["-i", case.identity.format(**values)]
-    argv += [case.host.format(**values), "true"]
+    argv += [*_o_and_j(case, values), case.host.format(**values), "true"]
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False
     )
@@ -453,9 +483,14 @@ def _ssh_g(case: Case, config: Path, values: dict[str, str]) -> dict[str, list[s
         argv += ["-l", case.user.format(**values)]
     if case.port:
         argv += ["-p", case.port.format(**values)]
-    argv += [case.host.format(**values)]
+    argv += [*_o_and_j(case, values), case.host.format(**values)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     return parse_ssh_g(done.stdout) if done.returncode == 0 else {}
+
+
+def _o_and_j(case: Case, values: dict[str, str]) -> list[str]:
+    argv = [word for option in case.options for word in ("-o", option.format(**values))]
+    return argv + (["-J", case.jump.format(**values)] if case.jump else [])
 
 
 @pytest.fixture
@@ -534,6 +569,8 @@ def test_fallback_without_openssh_matches_ssh_g_or_refuses(case, lab, tmp_path, 
         "user": case.user.format(**values) if case.user else None,
         "port": int(case.port.format(**values)) if case.port else None,
         "ssh_config": config,
+        "options": [o.format(**values) for o in case.options],
+        "jump": case.jump.format(**values) if case.jump else None,
     }
     try:
         with_openssh = resolve_target(host, **options)

@@ -6,6 +6,7 @@ is unknown, changed or revoked). Never a traceback.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
@@ -161,6 +162,72 @@ def test_strict_host_key_checking_no_is_said_once_and_unknown_keys_are_still_ref
     assert err.count("StrictHostKeyChecking no") == 1
     assert "unknown host key" in err
     assert known.read_text() == ""
+    # one line: the refusal, why the config's "no" is not followed, and what to do
+    assert err.count("\n") == 1, err
+    assert "is not followed (it would accept any key" in err
+    assert "re-run with --accept-new-host-key" in err
+
+
+@pytest.mark.ssh
+def test_known_hosts_dev_null_with_accept_new_connects_and_records_nothing(
+    capsys, gpu_host, tmp_path
+):
+    """The most common set-up of public ssh configs: StrictHostKeyChecking no and
+    UserKnownHostsFile /dev/null. With --accept-new-host-key the key is accepted for this
+    connection and recorded nowhere, as ssh does (it was 'Invalid argument', an fsync)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host gpu\n  HostName 127.0.0.1\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+        "  GlobalKnownHostsFile /dev/null\n"
+    )
+    argv = ["check", MINI, "--host", "gpu", "-F", str(config), "-o", f"Port={gpu_host.port}"]
+    argv += ["-o", f"User={gpu_host.user}", "-i", str(gpu_host.client_key)]
+    code = main([*argv, "--accept-new-host-key"])
+    out, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+    assert "for this connection only: UserKnownHostsFile is /dev/null" in err
+    assert "recorded the host key" not in out + err
+    assert not list(tmp_path.glob("known_hosts*"))
+    # without --accept-new-host-key: refused, with why
+    assert main(argv) == ExitCode.HOST_UNREACHABLE
+    assert "StrictHostKeyChecking no is not followed" in capsys.readouterr().err
+
+
+@pytest.mark.ssh
+def test_ssh_dash_o_j_f_reach_the_host_as_with_ssh(capsys, gpu_host, tmp_path):
+    """-F FILE, -o KEY=VALUE (repeatable) and -J JUMP on runbook's command line, as ssh's."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu jump\n  HostName 127.0.0.1\n  Port 1\n  IdentityFile {gpu_host.client_key}\n"
+        f"  UserKnownHostsFile {gpu_host.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
+    )
+    port, user = gpu_host.port, gpu_host.user
+    options = ["-o", f"Port={port}", "-o", f"User={user}", "-o", "Port=1"]
+    code = main(["check", MINI, "--host", "gpu", "-F", str(config), *options])
+    _, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+    jump = f"{user}@jump:{port}"
+    code = main(["check", MINI, "--host", "gpu", "-F", str(config), *options, "-J", jump])
+    _, err = capsys.readouterr()
+    assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["-o", "Port"], "-o 'Port': not an ssh option"),
+        (["-o", "=x"], "not an ssh option"),
+        (["-o", "NoSuchOption=yes"], "Bad configuration option: nosuchoption"),
+        (["-J-oProxyCommand=x"], "not a host name"),
+    ],
+)
+def test_a_bad_dash_o_or_j_is_one_line_and_exit_2(capsys, extra, message):
+    code = main(["check", MINI, "--host", "gpu", *extra])
+    _, err = capsys.readouterr()
+    assert code == ExitCode.BAD_INPUT, err
+    assert message in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.ssh
@@ -275,3 +342,82 @@ def test_any_known_hosts_text_parses_without_raising(text):
     for entry in parsed.entries:
         knownhosts.host_matches(entry.hosts, "[127.0.0.1]:2222")
     knownhosts.check(parsed.entries, "[127.0.0.1]:2222", "ssh-ed25519", b"x", "127.0.0.1")
+
+
+BECOME = """\
+name: become
+title: t
+summary: s
+observations:
+  as_root: {command: "printf '%s\\\\n' root-ok", parser: lines, root: true}
+  plain: {command: "printf '%s\\\\n' plain", parser: lines}
+checks:
+  root-read: {description: the root observation ran, expect: count(as_root) == 1}
+goal: [root-read]
+steps:
+  - id: as-root
+    title: a root step
+    run: printf '%s' step-ran
+    root: true
+"""
+
+
+@pytest.fixture
+def sudo_wants_a_password(gpu_host):
+    password = gpu_host.root / "sim" / "sudo-password"
+    password.write_text("s3cret pass\n")
+    password.chmod(0o644)
+    yield "s3cret pass"
+    password.unlink()
+
+
+@pytest.mark.ssh
+def test_ask_become_pass_asks_once_and_sends_it_only_to_sudo_s(
+    capsys, gpu_host, tmp_path, monkeypatch, sudo_wants_a_password, run_journals_in_tmp
+):
+    from runbook_runner.cli import console
+
+    asked: list[str] = []
+    monkeypatch.setattr(console, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(
+        console, "ask_secret", lambda prompt: asked.append(prompt) or sudo_wants_a_password
+    )
+    runbook = tmp_path / "become.yaml"
+    runbook.write_text(BECOME)
+    code = main(["run", str(runbook), *gpu_host.cli_args(), "-K", "--json"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, err
+    assert asked == ["BECOME password: "]  # once, for every root command of the run
+    sudo_calls = [call for call in gpu_host.calls() if call[:1] == ["sudo"]]
+    # one probe (sudo -n true, refused), then each root command through sudo -S
+    assert sudo_calls[0] == ["sudo", "-n", "true"]
+    assert {tuple(call[:4]) for call in sudo_calls[1:]} == {("sudo", "-S", "-p", "")}
+    ran = [call[-1] for call in sudo_calls[1:]]
+    assert any(command.endswith("printf '%s\\n' root-ok") for command in ran)  # observation
+    assert "printf '%s' step-ran" in ran  # the root step
+    # never in a command line, the journal or the output
+    journals = "".join(p.read_text() for p in run_journals_in_tmp.rglob("*") if p.is_file())
+    for text in (out, err, journals, json.dumps(gpu_host.calls())):
+        assert sudo_wants_a_password not in text
+    assert '"event": "step-end"' in journals
+
+
+@pytest.mark.ssh
+def test_without_ask_become_pass_a_host_that_wants_a_password_says_so(
+    capsys, gpu_host, tmp_path, sudo_wants_a_password
+):
+    runbook = tmp_path / "become.yaml"
+    runbook.write_text(BECOME)
+    code = main(["run", str(runbook), *gpu_host.cli_args()])
+    out, err = capsys.readouterr()
+    assert code != ExitCode.OK
+    assert "password" in out + err
+    assert not any("-S" in call for call in gpu_host.calls())
+
+
+def test_ask_become_pass_needs_a_terminal(capsys, monkeypatch):
+    from runbook_runner.cli import console
+
+    monkeypatch.setattr(console, "stdin_is_terminal", lambda: False)
+    assert main(["check", MINI, "--host", "gpu", "-K"]) == ExitCode.BAD_INPUT
+    assert "-K asks the sudo password on a terminal" in capsys.readouterr().err

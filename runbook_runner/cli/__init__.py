@@ -163,7 +163,28 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
         help="record the key of a host not yet known (a changed key is always refused)",
     )
     ssh.add_argument(
-        "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
+        "-F", "--ssh-config", metavar="FILE", help="ssh_config to read (default ~/.ssh/config)"
+    )
+    ssh.add_argument(
+        "-o",
+        dest="ssh_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an ssh option, as ssh -o (repeatable; the first of a key wins): -o Port=2222",
+    )
+    ssh.add_argument(
+        "-K",
+        "--ask-become-pass",
+        action="store_true",
+        help="ask the sudo password once, on a terminal, for root steps on hosts whose sudo "
+        "wants one (sent only to sudo -S there, never journaled)",
+    )
+    ssh.add_argument(
+        "-J",
+        dest="jump",
+        metavar="[USER@]JUMP[:PORT]",
+        help="reach the host through these jump hosts (comma-separated), as ssh -J",
     )
     ssh.add_argument(
         "--connect-timeout",
@@ -550,7 +571,20 @@ def _one_host(args: argparse.Namespace, prog: str) -> None:
     args.connecting = Connecting(args)
 
 
+def _ask_become_pass(args: argparse.Namespace, prog: str) -> None:
+    """-K: the sudo password, asked once before any host is reached (as ansible -K)."""
+    args.become_password = None
+    if not getattr(args, "ask_become_pass", False):
+        return
+    from runbook_runner.cli import console
+
+    if not console.stdin_is_terminal():
+        raise UsageError("-K asks the sudo password on a terminal, and stdin is not one", prog)
+    args.become_password = console.Secret(console.ask_secret("BECOME password: "))
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    _ask_become_pass(args, "runbook check")
     if _is_fleet(args):
         from runbook_runner.cli import fleet as cli_fleet
 
@@ -570,6 +604,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             + ("--from" if args.from_step else "--dry-run"),
             "runbook run",
         )
+    _ask_become_pass(args, "runbook run")
     if _is_fleet(args):
         from runbook_runner.cli import fleet as cli_fleet
 

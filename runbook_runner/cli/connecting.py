@@ -54,6 +54,8 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
         ssh=getattr(args, "ssh_client", "auto"),
+        options=getattr(args, "ssh_options", None) or (),
+        jump=getattr(args, "jump", None),
     )
     import_transport()  # waits for the main thread's import of it, if that is under way
     from runbook_runner.transport import SshTransport
@@ -62,9 +64,20 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         say(key_recorded(host, key, target.known_hosts))
 
     def notice(text: str) -> None:
-        print(f"runbook: {text}", file=sys.stderr, flush=True)
+        from runbook_runner.safetext import visible
 
-    return SshTransport(target, _prompt_passphrase, recorded, notice).connect()
+        print(f"runbook: {visible(text, lines=False)}", file=sys.stderr, flush=True)
+
+    transport = SshTransport(target, _prompt_passphrase, recorded, notice)
+    transport.become_password = become_password(args)
+    return transport.connect()
+
+
+def become_password(args: argparse.Namespace) -> str | None:
+    """The sudo password -K asked for, if any."""
+    secret = getattr(args, "become_password", None)
+    value = getattr(secret, "value", None)
+    return value if isinstance(value, str) else None
 
 
 def key_recorded(host: str, key: Any, known_hosts: Path) -> str:

@@ -66,6 +66,25 @@ def prompt_passphrase(prompt: str) -> str | None:
     return getpass.getpass(prompt)
 
 
+class Secret:
+    """A value that must not be printed, logged or journaled by accident (its repr hides it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+def ask_secret(prompt: str) -> str:
+    """A secret typed on the terminal, not echoed."""
+    return getpass.getpass(prompt)
+
+
 def report_state(out: Output, runbook: Runbook, observed: Any, title: str) -> None:
     out.line(out.style(title, "bold"))
     out.line(render.gpu_table(runbook, observed.state))

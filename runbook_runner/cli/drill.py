@@ -122,16 +122,19 @@ def cmd_test(args: argparse.Namespace) -> int:
     if args.state is None:
         args.scenario = args.scenario or "oom-crash"
         return cmd_drill(args)
-    try:
-        import yaml
+    from runbook_runner.format.yamlsource import DocumentError, load_data
 
-        data = yaml.safe_load(localfile.read_text(Path(args.state), localfile.CONFIG_LIMIT))
+    try:
+        text = localfile.read_text(Path(args.state), localfile.CONFIG_LIMIT)
+        data = load_data(text, f"--state {args.state}")
         host = host_from_state(data)
     except OSError as error:
         raise StateFileInvalid(f"--state {args.state}: {error.strerror}") from None
     except UnicodeDecodeError as error:
         raise StateFileInvalid(f"--state {args.state}: not UTF-8 text ({error.reason})") from None
-    except (yaml.YAMLError, StateFileError) as error:
+    except DocumentError as error:
+        raise StateFileInvalid(str(error)) from None
+    except StateFileError as error:
         raise StateFileInvalid(f"--state {args.state}: {error}") from None
     args.scenario = Path(args.state).name
     return _simulate(args, "Test", host)

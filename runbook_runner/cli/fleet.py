@@ -89,6 +89,8 @@ def _target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
         accept_new_host_key=args.accept_new_host_key,
         connect_timeout=args.connect_timeout,
         ssh_config=Path(args.ssh_config) if args.ssh_config else None,
+        options=getattr(args, "ssh_options", None) or (),
+        jump=getattr(args, "jump", None),
     )
 
 
@@ -111,7 +113,7 @@ class _Messages:
 
 
 def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> SshTransport:
-    from runbook_runner.cli.connecting import key_recorded
+    from runbook_runner.cli.connecting import become_password, key_recorded
     from runbook_runner.transport import SshTransport
 
     target = _target(args, host)
@@ -121,6 +123,7 @@ def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> 
 
     # No passphrase prompt from a worker thread: an encrypted key needs ssh-agent here.
     transport = SshTransport(target, None, recorded)
+    transport.become_password = become_password(args)
     try:
         return transport.connect()
     except BaseException:

@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.runbook import Runbook, Step, seconds_text
-from runbook_runner.safetext import visible
+from runbook_runner.safetext import own_sgr, visible
 
 if TYPE_CHECKING:
     from runbook_runner.events import StepRecord, Waiting
@@ -39,7 +39,7 @@ class Style:
         if not self.enabled or not styles:
             return text
         codes = ";".join(self._CODES[s] for s in styles)
-        return f"\x1b[{codes}m{text}\x1b[0m"
+        return f"{own_sgr(codes)}{text}{own_sgr('0')}"
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:

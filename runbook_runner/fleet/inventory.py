@@ -184,14 +184,23 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
 def parse_yaml(text: str, source: str) -> Inventory:
     import yaml
 
+    from runbook_runner.format.yamlsource import DocumentError, load_data
+
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise InventoryError(
-            f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})"
-        ) from None
+        # The runbook loader's bounds (depth, values, digits, duplicate keys, NUL).
+        document = load_data(text, source)
+    except DocumentError as problem:
+        if "YAML syntax error" not in str(problem):
+            raise InventoryError(str(problem)) from None
+        try:
+            yaml.safe_load(text)  # a syntax error, in PyYAML's own words
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"{source}:{mark.line + 1}" if mark is not None else source
+            raise InventoryError(
+                f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})"
+            ) from None
+        raise InventoryError(str(problem)) from None
     builder = _Builder(source)
     if document is None:
         return builder.build()

@@ -67,6 +67,7 @@ class Source:
 
 
 _PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+_NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 
 
 def _mark(node: yaml.Node) -> Mark:
@@ -75,6 +76,8 @@ def _mark(node: yaml.Node) -> Mark:
 
 MAX_DEPTH = 64  # nested mappings and sequences; PyYAML's composer recurses, 500 would crash it
 MAX_VALUES = 100_000  # aliases and merge keys can expand a small file exponentially
+MAX_DIGITS = 100  # a number's characters: Python refuses int() past 4,300 digits, and no
+# count, size or index needs more than 30
 
 
 def _too_deep(text: str) -> Problem | None:
@@ -173,11 +176,31 @@ class _Builder:
         style = getattr(node, "style", None) or None
         if node.start_mark.line == node.end_mark.line and style in (None, "'", '"'):
             self.source.inline[path] = 0 if style is None else 1
-        try:
-            return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as error:
-            self.problems.append(Problem(_mark(node), path, _yaml_message(error)))
+        if node.tag in _NUMBER_TAGS and len(node.value) > MAX_DIGITS:
+            self.problems.append(
+                Problem(
+                    _mark(node),
+                    path,
+                    f"a number of {len(node.value):,} characters (at most {MAX_DIGITS})",
+                )
+            )
             return None
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError) as error:
+            message = _yaml_message(error) if isinstance(error, yaml.YAMLError) else str(error)
+            self.problems.append(Problem(_mark(node), path, message))
+            return None
+        if isinstance(value, str) and "\0" in value:
+            self.problems.append(
+                Problem(
+                    _mark(node),
+                    path,
+                    "a NUL character (\\0): no command, argument or name can hold one",
+                )
+            )
+            return None
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
@@ -284,3 +307,19 @@ def _load(text: str, loader_class: Any) -> tuple[Source, list[Problem]]:
     builder = _Builder(loader)
     builder.source.data = builder.build(node, ())
     return builder.source, builder.problems
+
+
+class DocumentError(ValueError):
+    """A local YAML or JSON file (a state file, an inventory) that :func:`load_data` refuses."""
+
+
+def load_data(text: str, label: str) -> Any:
+    """The plain values of a YAML (or JSON) document, within the same bounds as a runbook:
+    depth, number of values, digits, duplicate keys, NUL. The first problem is raised as
+    :class:`DocumentError`, ``label:LINE:COL: field: message``; an empty document is None."""
+    source, problems = load(text)
+    if [p.message for p in problems] == ["the file is empty"]:
+        return None
+    if problems:
+        raise DocumentError(min(problems).format(label))
+    return source.data

@@ -68,14 +68,26 @@ def sudo(args: list[str]) -> int:
     With a file ``no-sudo`` beside the state file, answer as sudo does for a user without
     the right to run it without a password.
     """
-    if (Path(os.environ["RBR_SIM_STATE"]).parent / "no-sudo").exists():
+    folder = Path(os.environ["RBR_SIM_STATE"]).parent
+    if (folder / "no-sudo").exists():
         sys.stderr.write("sudo: a password is required\n")
         return 1
     rest = list(args)
+    options: list[str] = []
     while rest and rest[0].startswith("-"):
         option = rest.pop(0)
-        if option in {"-u", "-g"} and rest:
+        options.append(option)
+        if option in {"-u", "-g", "-p"} and rest:
             rest.pop(0)
+    # With a file ``sudo-password`` beside the state: sudo -n is refused, sudo -S reads it.
+    password = folder / "sudo-password"
+    if password.exists():
+        if "-S" not in options:
+            sys.stderr.write("sudo: a password is required\n")
+            return 1
+        if sys.stdin.readline().rstrip("\n") != password.read_text().rstrip("\n"):
+            sys.stderr.write("sudo: 1 incorrect password attempt\n")
+            return 1
     if not rest:
         sys.stderr.write("usage: sudo -n COMMAND\n")
         return 1

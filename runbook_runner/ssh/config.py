@@ -164,11 +164,14 @@ def resolve_target(
     connect_timeout: float | None = None,
     ssh_config: Path | None = None,
     ssh: str | None = "auto",
+    options: Sequence[str] = (),
+    jump: str | None = None,
 ) -> SshTarget:
     """The effective target, with every jump host resolved the same way.
 
     ``ssh``: the OpenSSH client to ask (``"auto"``: the one on PATH; ``None``: use
-    paramiko's parser as the fallback does).
+    paramiko's parser as the fallback does). ``options`` (``KEY=VALUE``, ssh's ``-o``) and
+    ``jump`` (ssh's ``-J``) apply to the host itself, as for ssh: not to its jump hosts.
     """
     program = ssh_program() if ssh == "auto" else ssh
     if "@" in host and user is None:
@@ -178,14 +181,37 @@ def resolve_target(
         raise SshSetupError(f"--port {port}: not a TCP port", "give a port from 1 to 65535")
     if ssh_config is not None and not ssh_config.is_file():
         raise SshSetupError(f"{ssh_config}: no such file", "give an existing file to --ssh-config")
+    for option in options:
+        option_pair(option)
+    if jump is not None:
+        for hop in jump.split(","):
+            parse_jump(hop.strip())
     settings = _Settings(
         program=program,
         ssh_config=ssh_config,
         known_hosts=known_hosts,
         accept_new=accept_new_host_key,
         connect_timeout=connect_timeout,
+        options=tuple(options),
     )
-    return _resolve(settings, host, user, port, tuple(identity_files or ()), None, 0)
+    return _resolve(settings, host, user, port, tuple(identity_files or ()), jump or None, 0)
+
+
+def option_pair(option: str) -> tuple[str, str]:
+    """``KEY=VALUE`` or ``KEY VALUE`` (ssh's ``-o``) -> (key in lower case, value)."""
+    key, _, value = option.strip().partition("=")
+    if " " in key or "\t" in key:
+        key, _, rest = option.strip().partition(" ")
+        value = rest.lstrip(" \t=")
+    if (
+        not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key)
+        or not value.strip()
+        or any(ord(c) < 32 for c in option)
+    ):
+        raise SshSetupError(
+            f"-o {option!r}: not an ssh option", "give -o KEY=VALUE, e.g. -o Port=2222"
+        )
+    return key.lower(), value.strip()
 
 
 @dataclass(frozen=True)
@@ -195,6 +221,7 @@ class _Settings:
     known_hosts: Path | None
     accept_new: bool
     connect_timeout: float | None
+    options: tuple[str, ...] = ()  # -o KEY=VALUE, for the host itself (depth 0)
 
 
 def _check_host_word(host: str) -> None:
@@ -217,13 +244,21 @@ def _resolve(
             "check the ProxyJump lines of your ssh config",
         )
     options: dict[str, list[str]] | None = None
+    extra = settings.options if depth == 0 else ()
     if settings.program is not None:
         options = run_ssh_g(
-            settings.program, host, settings.ssh_config, user, port, jump_override, identities
+            settings.program,
+            host,
+            settings.ssh_config,
+            user,
+            port,
+            jump_override,
+            identities,
+            extra,
         )
     if options is None:  # no OpenSSH client, or one too old for -G (before 6.8)
         options = fallback_options(
-            host, settings.ssh_config, user, port, jump_override, bool(identities)
+            host, settings.ssh_config, user, port, jump_override, bool(identities), extra
         )
     target = build_target(
         host,
@@ -292,6 +327,7 @@ def run_ssh_g(
     port: int | None,
     jump: str | None = None,
     identities: Sequence[str] = (),
+    extra: Sequence[str] = (),
 ) -> dict[str, list[str]] | None:
     """The one subprocess call: OpenSSH's effective configuration for ``host``.
 
@@ -309,6 +345,8 @@ def run_ssh_g(
         argv += ["-J", jump]
     for identity in identities:
         argv += ["-i", identity]
+    for option in extra:
+        argv += ["-o", option]
     argv += ["--", host]
     try:
         done = subprocess.run(
@@ -363,6 +401,7 @@ def fallback_options(
     port: int | None,
     jump: str | None,
     has_identities: bool = False,
+    extra: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """paramiko's view of the config, shaped like ``ssh -G`` output (no OpenSSH client)."""
     import paramiko
@@ -396,6 +435,18 @@ def fallback_options(
     options: dict[str, list[str]] = {}
     for key, value in entry.items():
         options[key] = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    for option in reversed(extra):  # as for ssh, the first -o of a key wins over the config
+        key, value = option_pair(option)
+        if key in _FALLBACK_REFUSED:
+            raise SshSetupError(
+                f"-o {option}: needs OpenSSH to be read, and no OpenSSH client is installed",
+                "install an OpenSSH client",
+            )
+        if key == "identityfile":
+            options[key] = [value, *options.get(key, [])]
+            has_identities = True
+        else:
+            options[key] = [value]
     options["host"] = [host]
     options.setdefault("hostname", [host])
     if user:
@@ -484,12 +535,7 @@ def build_target(
             files.append(path)
     strict = (_first(options, "stricthostkeychecking") or "ask").lower()
     strict = {"false": "no", "off": "no", "true": "yes"}.get(strict, strict)
-    if strict in ("no", "off", "false") and not accept_new:
-        notices.append(
-            f"{host}: StrictHostKeyChecking {strict} in the ssh config: runbook still refuses "
-            "an unknown host key (give --accept-new-host-key to record it) and always "
-            "refuses a changed one"
-        )
+    # StrictHostKeyChecking no is not followed; an unknown key's refusal says why (connect.py).
     if _yes(options, "checkhostip"):
         notices.append(
             f"{host}: CheckHostIP yes in the ssh config: runbook checks the host key by name "

@@ -286,12 +286,36 @@ def verify_host_key(
             if decision.other_types
             else ""
         )
+        if target.strict_host_key_checking == "no":
+            raise UnknownHostKey(
+                f"{target.label}: unknown host key {offered}{known}; the ssh config's "
+                "StrictHostKeyChecking no is not followed (it would accept any key, an "
+                "attacker's too)",
+                "check the fingerprint with the host's owner, then re-run with "
+                "--accept-new-host-key (a new key only: a changed one is still refused)",
+            )
         raise UnknownHostKey(
             f"{target.label}: unknown host key {offered}{known}",
             "check the fingerprint with the host's owner, then re-run with --accept-new-host-key",
         )
+    if not records(target.known_hosts):
+        # UserKnownHostsFile /dev/null: ssh accepts the new key for this connection and
+        # records it nowhere (appending to /dev/null); so do we, without an fsync it refuses.
+        hooks.on_notice(
+            f"{target.label}: accepted the new host key {offered} for this connection only: "
+            f"UserKnownHostsFile is {target.known_hosts}, so it is not recorded"
+        )
+        return
     record_host_key(target.known_hosts, name, key, hashed=target.hash_known_hosts)
     hooks.on_record(name, key)
+
+
+def records(known_hosts: Path) -> bool:
+    """Whether a key appended to ``known_hosts`` is kept (not /dev/null or another device)."""
+    try:
+        return not stat.S_ISCHR(known_hosts.stat().st_mode)
+    except OSError:
+        return True  # not there yet: recording creates it
 
 
 # -- authentication --------------------------------------------------------------------

@@ -30,6 +30,7 @@ LOCK_NAME = "runbook-runner.lock"
 _DIR = '"${RUNBOOK_LOCK_DIR:-/run/lock}"'
 _HELD = "rbr-lock-held"
 _NO_FLOCK = "rbr-no-flock"
+LOCK_TAKE_S = 15  # how long taking the lock may take before the host is asked if it answers
 
 
 class HostLocked(RunbookRunnerError):
@@ -106,7 +107,7 @@ class HostLock:
             f'rm -f {lock}/owner; printf \'%s\\n\' "$d" "$e" >&2; exit 74; fi; '
             f"printf '%s\\n' \"$p\" {_HELD}; exec cat > /dev/null"
         )
-        held = self.transport.hold(script, _HELD, 15 + wait_s)
+        held = self.transport.hold(script, _HELD, LOCK_TAKE_S + wait_s)
         if held.channel is not None:
             self._channel, self.held = held.channel, True
             previous = _owner(held.stdout.strip())
@@ -154,7 +155,13 @@ class HostLock:
         folder = lines[0] if len(lines) > 1 else "$RUNBOOK_LOCK_DIR or /run/lock"
         reason = lines[-1] if lines else f"exit status {result.exit_status}"
         if result.exit_status is None:
-            reason = "the host did not answer in time"
+            # The host still answers (a stalled connection is a ConnectionLost, exit 3):
+            # the lock's own commands hung, e.g. on the folder's file system.
+            raise LockUnavailable(
+                f"{self.host}: taking the lock in {folder} did not finish in time, though the "
+                "host still answers; not running without the lock: check that folder's file "
+                "system, or set RUNBOOK_LOCK_DIR on the host to another folder"
+            )
         what = "write the lock's files in" if result.exit_status == 74 else "take the lock in"
         raise LockUnavailable(
             f"{self.host}: cannot {what} the lock folder {folder}: {reason}; "

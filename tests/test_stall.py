@@ -1,0 +1,197 @@
+"""A connection that stops answering after login is a lost connection, named by its phase.
+
+The path to a real sshd goes through tests/tcp_relay.py as a ProxyCommand; SIGSTOP on the
+relay stalls the connection (TCP stays open, nothing comes back). Whatever was going on —
+taking the lock, a command, the observations — ends within its own bounds as a
+ConnectionLost (exit 3) that says which phase stalled and whether the command before it
+had finished: never a lock-folder problem (exit 5), never a step that "timed out".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runbook_runner.cli import main
+from runbook_runner.errors import ConnectionLost
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.ssh import hostlock
+from runbook_runner.ssh.batch import BatchCommand
+from runbook_runner.ssh.config import resolve_target
+from runbook_runner.ssh.hostlock import LOCK_NAME, HostLock
+from runbook_runner.transport import SshTransport
+
+pytestmark = pytest.mark.ssh
+RELAY = Path(__file__).parent / "tcp_relay.py"
+MINI = str(Path(__file__).parent / "runbooks" / "mini-recovery.yaml")
+
+
+def _config(gpu_host, tmp_path: Path) -> Path:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host gpu\n  HostName 127.0.0.1\n  Port {gpu_host.port}\n  User {gpu_host.user}\n"
+        f"  IdentityFile {gpu_host.client_key}\n  UserKnownHostsFile {gpu_host.known_hosts}\n"
+        f"  GlobalKnownHostsFile /dev/null\n  ConnectTimeout 5\n"
+        f"  ProxyCommand {sys.executable} {RELAY} %h %p\n"
+    )
+    return config
+
+
+def _relay_of(transport: SshTransport):
+    return transport._client.get_transport().sock.process  # our ProxyCommand (exec'd)
+
+
+@pytest.fixture
+def stalled(gpu_host, tmp_path):
+    """A connection that answered a command, then stalls: (transport, when it stalled)."""
+    transport = SshTransport(resolve_target("gpu", ssh_config=_config(gpu_host, tmp_path)))
+    transport.connect()
+    relay = _relay_of(transport)
+    try:
+        assert transport.run("echo done", timeout=5).stdout == "done\n"
+        os.kill(relay.pid, signal.SIGSTOP)
+        yield transport, time.monotonic()
+    finally:
+        os.kill(relay.pid, signal.SIGKILL)
+        transport.close()
+
+
+def test_a_stall_before_a_command_says_it_was_not_sent(stalled):
+    transport, since = stalled
+    with pytest.raises(ConnectionLost) as lost:
+        transport.run("true", timeout=2)
+    message = str(lost.value)
+    assert time.monotonic() - since < 5 + 3  # the 5 s ConnectTimeout, some slack
+    assert "the connection stalled while running a command" in message
+    assert "the command was not sent" in message
+    assert "the command before it had finished on the host (exit 0): echo done" in message
+
+
+def test_a_stall_during_a_command_is_a_lost_connection_not_a_timeout(gpu_host, tmp_path):
+    """The relay stops while the command runs (it waits on a FIFO until then): the command's
+    end never comes; after its timeout the host is asked, does not answer: a lost connection."""
+    fifo = gpu_host.root / "sim" / f"stall-{os.getpid()}"
+    os.mkfifo(fifo)
+    os.chmod(fifo, 0o666)  # noqa: S103  # the host's login user reads it
+    transport = SshTransport(resolve_target("gpu", ssh_config=_config(gpu_host, tmp_path)))
+    transport.connect()
+    relay = _relay_of(transport)
+
+    def stop_the_relay_once_the_command_runs() -> None:
+        writer = os.open(fifo, os.O_WRONLY)  # returns when the command opened it
+        os.kill(relay.pid, signal.SIGSTOP)
+        os.write(writer, b"go\n")
+        os.close(writer)
+
+    watcher = threading.Thread(target=stop_the_relay_once_the_command_runs, daemon=True)
+    watcher.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConnectionLost) as lost:
+            transport.run(f"cat {fifo}", timeout=3)
+        message = str(lost.value)
+        assert time.monotonic() - started < 3 + 5 + 3  # its timeout, the 5 s probe, slack
+        assert "the connection stalled while running a command" in message
+        assert "its end never came in the 3s it was given" in message
+        assert "whether it finished on the host is not known" in message
+    finally:
+        os.kill(relay.pid, signal.SIGKILL)
+        transport.close()
+        watcher.join(5)
+        fifo.unlink()
+
+
+def test_a_stall_during_observations_names_the_phase(stalled):
+    transport, since = stalled
+    commands = [BatchCommand("true", 2.0, False), BatchCommand("true", 2.0, False)]
+    with pytest.raises(ConnectionLost, match="the connection stalled while observing the host"):
+        transport.run_many(commands)
+    assert time.monotonic() - since < 15
+
+
+def test_a_stall_while_taking_the_lock_is_not_a_lock_folder_problem(stalled, monkeypatch):
+    monkeypatch.setattr(hostlock, "LOCK_TAKE_S", 2)
+    transport, since = stalled
+    lock = HostLock(transport, "gpu", {"run": "r1", "operator": "me"})
+    with pytest.raises(ConnectionLost) as lost:
+        lock.acquire()
+    message = str(lost.value)
+    assert time.monotonic() - since < 2 + 5 + 3
+    assert "stalled while taking the lock" in message
+    assert "folder" not in message
+    assert "the command before it had finished on the host (exit 0)" in message
+
+
+def test_a_slow_command_on_a_live_connection_still_times_out(connect):
+    """The probe only turns a wait that ran out into a lost connection when the host is gone."""
+    transport = connect()
+    result = transport.run("sleep 5", timeout=0.5)
+    assert result.timed_out
+    assert result.exit_status is None
+    assert transport.run("echo still here", timeout=5).stdout == "still here\n"
+
+
+def test_run_stalled_at_the_lock_exits_3_naming_the_phase(gpu_host, tmp_path, capsys, monkeypatch):
+    """The CLI end to end: the relay stops while the host takes the lock (held there on a
+    FIFO until the relay is stopped); exit 3 and one line, not exit 5 after 117 s."""
+    monkeypatch.setattr(hostlock, "LOCK_TAKE_S", 2)
+    folder = gpu_host.root / "sim" / LOCK_NAME
+    folder.mkdir()
+    alive = folder / "alive"
+    os.mkfifo(alive)
+    os.chmod(folder, 0o777)  # noqa: S103  # the host's login user writes the lock there
+    os.chmod(alive, 0o666)  # noqa: S103
+    config = _config(gpu_host, tmp_path)
+    stopped: list[int] = []
+    readers: list[int] = []
+
+    def stop_the_relay_when_the_lock_is_being_taken() -> None:
+        # Opening a FIFO to read waits for its writer: the host's lock script, right now.
+        readers.append(os.open(alive, os.O_RDONLY))
+        for pid in _relays(gpu_host.port):
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        # The script goes on (a reader stays open for its next opens of the FIFO) and
+        # answers into the stalled relay.
+
+    watcher = threading.Thread(target=stop_the_relay_when_the_lock_is_being_taken, daemon=True)
+    watcher.start()
+    try:
+        code = main(["run", MINI, "--host", "gpu", "-F", str(config), "--yes"])
+        _, err = capsys.readouterr()
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+        if watcher.is_alive():  # never reached the lock: let the reader's open return
+            os.close(os.open(alive, os.O_WRONLY | os.O_NONBLOCK))
+        watcher.join(5)
+        for reader in readers:
+            os.close(reader)
+        for leftover in folder.iterdir():
+            leftover.unlink()
+        folder.rmdir()
+    assert stopped, "the lock was never taken"
+    assert code == ExitCode.HOST_UNREACHABLE, err
+    assert "stalled while taking the lock" in err
+    assert "make that folder writable" not in err
+
+
+def _relays(port: int) -> list[int]:
+    """The ProxyCommand relays (tcp_relay.py) to this test host's port."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(RELAY).encode() in cmdline and str(port).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
