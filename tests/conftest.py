@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +50,12 @@ def sshd_host():
 @pytest.fixture
 def gpu_host(sshd_host):
     """The test host, reset to an idle 8-GPU server with no calls recorded."""
+    from sshd import end_sim_server
+
     from runbook_runner.simhost.model import eight_gpu_server
 
     for process in sshd_host.state().processes:
-        with contextlib.suppress(OSError):
-            os.kill(process.pid, 9)
+        end_sim_server(process.pid)
     sshd_host.set_state(eight_gpu_server())
     sshd_host.clear_calls()
     return sshd_host

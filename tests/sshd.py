@@ -212,9 +212,21 @@ class TestHost:
         # Stand-in servers started over SSH live in their own sessions: end them too.
         if self.state_file.exists():
             for process in self.state().processes:
-                with contextlib.suppress(OSError):
-                    os.kill(process.pid, 9)
+                end_sim_server(process.pid)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def end_sim_server(pid: int) -> None:
+    """SIGKILL a stand-in server a test started, if that PID is still one: a PID the state
+    file still lists may have died and been given to another process since (pid_max is
+    small on some machines), such as another test's sshd."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"runbook_runner.simhost.standin" in cmdline:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
 
 
 def _descendants(pid: int) -> list[int]:

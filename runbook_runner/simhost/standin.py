@@ -31,7 +31,12 @@ class RealProcesses:
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 state = handle.read().rsplit(b")", 1)[1].split()[0]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, IndexError):
+            return False
+        # A PID the state file lists may have died and been handed to another process
+        # (pid_max is 32768 on some machines): only a stand-in server is the simulation's.
+        if b"runbook_runner.simhost.standin" not in cmdline:
             return False
         return state != b"Z"  # a zombie holds nothing
 
@@ -42,6 +47,8 @@ class RealProcesses:
             return ""
 
     def signal(self, pid: int, signum: int) -> bool:
+        if not self.alive(pid):  # never a process of the machine that took a dead one's PID
+            return False
         try:
             os.kill(pid, signum)
         except OSError:
