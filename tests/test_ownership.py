@@ -588,3 +588,59 @@ def test_the_decision_reads_only_what_observations_needed_names():
     state = {name: value for name, value in recovery_state(()).items() if name in needed}
     decision = decide.decide(RECOVERY, DEFAULTS, state, {}, step, subject=RECOVERY_SUBJECT)
     assert decision.verdict is not decide.Verdict.BLOCKED, decision.message
+
+
+def test_another_users_server_of_the_same_kind_is_theirs_not_ours():
+    """Ours runs in sglang.service as root; bob started an SGLang server from his login on
+    GPUs 4-7. Both are broken: only ours is acted on."""
+    text = listing(
+        [
+            (
+                4101,
+                1,
+                "root",
+                3600,
+                "Sl",
+                "0::/system.slice/sglang.service",
+                "python3 -m sglang.launch_server --tp-size 4 --port 30000",
+            ),
+            (
+                4120,
+                4101,
+                "root",
+                3600,
+                "Sl",
+                "0::/system.slice/sglang.service",
+                "sglang::scheduler_TP0",
+            ),
+            (
+                5101,
+                5000,
+                "bob",
+                3600,
+                "Sl",
+                "0::/user.slice/user-1002.slice/session-5.scope",
+                "python3 -m sglang.launch_server --tp-size 4 --port 30001",
+            ),
+            (
+                5120,
+                5101,
+                "bob",
+                3600,
+                "Sl",
+                "0::/user.slice/user-1002.slice/session-5.scope",
+                "sglang::scheduler_TP0",
+            ),
+        ],
+        fuser_lines({4120: [0], 5120: [4]}, {5120: "bob"}),
+    )
+    records = parse_owners(text)
+    results = [ownership.judge_probe(p, 28, "", "") for p in ownership.probes(SUBJECT, records)]
+    rows = by_pid(ownership.classify(SUBJECT, records, results))
+    assert rows[4120].disposition == "act"
+    assert rows[5120].owner == "another-owner"
+    assert "run by user bob" in rows[5120].evidence
+    allowed = ownership.permitted(
+        SUBJECT, "process", [Pid(4120), Pid(5120), Pid(5101)], tuple(rows.values())
+    )
+    assert {item.pid for item in allowed.allowed} == {4120}

@@ -250,6 +250,7 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
         key = min(launchers) if launchers else min(p.facts.pid or 0 for p in members)
         for member in members:
             member.instance = key
+    _other_users_servers(subject, table)
     for process in table.values():
         if process.owner is not Owner.OURS or process.instance is None:
             continue
@@ -260,6 +261,30 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             process.evidence += (
                 f"; its launcher is gone (the instance's top process has parent PID {top.ppid})"
             )
+
+
+def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
+    """Where the subject runs in its units, a server of the same kind that another user
+    started outside them (a login session, a container, a job) is that user's: the
+    command line says its kind, not its owner."""
+    ours = [p for p in table.values() if p.owner is Owner.OURS]
+    unit_users = {
+        p.facts.user for p in ours if subject.unit_matches(p.facts.unit or "") and p.facts.user
+    }
+    if not unit_users:
+        return
+    units = sorted({p.facts.unit or "" for p in ours if subject.unit_matches(p.facts.unit or "")})
+    for process in ours:
+        top = table[process.instance].facts if process.instance in table else process.facts
+        if subject.unit_matches(top.unit or "") or top.user in unit_users:
+            continue
+        process.owner = Owner.ANOTHER_OWNER
+        where = _describe_owner(top) or f"user {top.user}"
+        process.evidence = (
+            f"a server of the same kind run by user {top.user} ({where}), not the subject's: "
+            f"the subject runs in {', '.join(str(u) for u in units)} as "
+            f"{', '.join(sorted(str(u) for u in unit_users))}"
+        )
 
 
 def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
