@@ -55,7 +55,7 @@ def gpu_host(sshd_host):
     from runbook_runner.simhost.model import eight_gpu_server
 
     for process in sshd_host.state().processes:
-        end_sim_server(process.pid)
+        end_sim_server(process)
     sshd_host.set_state(eight_gpu_server())
     sshd_host.clear_calls()
     return sshd_host

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import runbook_runner
 from runbook_runner.simhost import standin
-from runbook_runner.simhost.model import SimHost, eight_gpu_server
+from runbook_runner.simhost.model import SimHost, SimProcess, eight_gpu_server
+from runbook_runner.simhost.standin import RealProcesses
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "rbr-test"
@@ -212,21 +213,17 @@ class TestHost:
         # Stand-in servers started over SSH live in their own sessions: end them too.
         if self.state_file.exists():
             for process in self.state().processes:
-                end_sim_server(process.pid)
+                end_sim_server(process)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def end_sim_server(pid: int) -> None:
-    """SIGKILL a stand-in server a test started, if that PID is still one: a PID the state
-    file still lists may have died and been given to another process since (pid_max is
-    small on some machines), such as another test's sshd."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return
-    if b"runbook_runner.simhost.standin" in cmdline:
+def end_sim_server(process: SimProcess) -> None:
+    """SIGKILL a stand-in server a test started, if its PID is still that server: a PID
+    the state file still lists may have died and been given to another process since
+    (pid_max is small on some machines), such as another test's sshd or stand-in."""
+    if RealProcesses({process.pid: process.start_ticks}).alive(process.pid):
         with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+            os.kill(process.pid, 9)
 
 
 def _descendants(pid: int) -> list[int]:

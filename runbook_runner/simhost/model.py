@@ -71,6 +71,7 @@ class SimProcess:
     listens: int | None = None  # the TCP port its HTTP server listens on (its health endpoint)
     health: str = "ok"  # what that endpoint does: ok (200), error (503), hung (no answer)
     born: float = -3600.0  # simulated time it was started (ps etimes)
+    start_ticks: int = 0  # a real stand-in server's start time (/proc/PID/stat), 0: none
 
     def cgroup_path(self) -> str:
         if self.cgroup:

@@ -24,21 +24,38 @@ from runbook_runner.simhost.commands import COMMANDS, Env, option
 from runbook_runner.simhost.model import SimHost, SimProcess
 
 
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22): with
+    the PID, what tells one process from another that was handed the same PID later."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class RealProcesses:
     """The registered stand-in servers are real processes: /proc and kill(2)."""
+
+    def __init__(self, started: dict[int, int] | None = None) -> None:
+        self.started = started or {}  # PID -> its start ticks, as registered
 
     def alive(self, pid: int) -> bool:
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:
-                state = handle.read().rsplit(b")", 1)[1].split()[0]
+                fields = handle.read().rsplit(b")", 1)[1].split()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, IndexError):
             return False
         # A PID the state file lists may have died and been handed to another process
-        # (pid_max is 32768 on some machines): only a stand-in server is the simulation's.
+        # (pid_max is 32768 on some machines): only the stand-in server registered under
+        # that PID, started when it was, is the simulation's.
         if b"runbook_runner.simhost.standin" not in cmdline:
             return False
-        return state != b"Z"  # a zombie holds nothing
+        registered = self.started.get(pid)
+        if registered and fields[19] != str(registered).encode():
+            return False
+        return fields[0] != b"Z"  # a zombie holds nothing
 
     def cmdline(self, pid: int) -> str:
         try:
@@ -136,6 +153,7 @@ def sim_server(env: Env, args: list[str]) -> int:
             host_bytes=int(host_gib * 1024**3),
             orphan_gpu_memory="--orphan" in args,
             user=env.user,
+            start_ticks=start_ticks(pid) or 0,
         )
     )
     env.out(f"{pid}\n")
@@ -174,10 +192,10 @@ def main(argv: list[str]) -> int:
     if name == "sudo":
         return sudo(args)
     state = Path(os.environ["RBR_SIM_STATE"])
-    processes = RealProcesses()
     with open(state.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         host = SimHost.load(state)
+        processes = RealProcesses({p.pid: p.start_ticks for p in host.processes})
         host.forget_dead(processes.alive)
         if name in host.missing_commands:  # as the shell answers for a command not installed
             return 127
