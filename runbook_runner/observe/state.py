@@ -333,6 +333,7 @@ class ProcessOwner:
     disposition: str | None = _f("disposition")
     reason: str | None = _f("reason")
     healthy_servers: int | None = _f("healthy servers on the host")
+    crash_loop: bool | None = _f("its unit crash-loops")
 
     def describe(self) -> str:
         on = f" on {self.device}" if self.device else ""

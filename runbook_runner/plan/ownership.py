@@ -415,6 +415,7 @@ def classify(
                 disposition=str(disposition),
                 reason=reason,
                 healthy_servers=healthy,
+                crash_loop=reason.startswith("broken: crash-looping"),
             )
         )
     return tuple(out)

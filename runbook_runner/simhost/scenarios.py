@@ -228,6 +228,29 @@ def crash_loop_on_leaked_shm() -> SimHost:
     return host
 
 
+def crash_loop_unknown_cause() -> SimHost:
+    """sglang.service restarts every minute; its log shows a CUDA error this runbook cannot
+    fix. Starting it again unchanged would only loop."""
+    host = eight_gpu_server()
+    spec: list[dict[str, Any]] = [
+        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "ok"}
+    ] + [
+        {"cmdline": f"sglang::scheduler_TP{rank}", "gpu_mib": {str(rank): 2_048}, "teardown_s": 1.0}
+        for rank in range(8)
+    ]
+    unit = SimService("sglang", holds_gpus=False, restart="always", runs=spec, startup_s=60.0)
+    unit.log = [
+        "sglang::scheduler_TP3[20005]: RuntimeError: CUDA error: an illegal memory access was "
+        "encountered",
+    ]
+    host.services.append(unit)
+    host.now = START
+    host.start_service(unit)
+    unit.restarts = 9
+    host.actions.clear()
+    return host
+
+
 def ecc_recurring() -> SimHost:
     """The server died; GPU 4's memory errors recur (row remapping, contained errors)."""
     host = eight_gpu_server()
@@ -753,6 +776,21 @@ MATRIX: tuple[Scenario, ...] = (
         lesson="a crash loop has a cause in its log: fix the cause, then restart; /dev/shm "
         "can be full while host RAM looks fine",
         page="pitfalls/host-memory-after-kill.md",
+    ),
+    Scenario(
+        "crash-loop-unknown-cause",
+        "a crash loop whose log names no cause the runbook removes: stop it at the "
+        "supervisor and leave it stopped, saying why; never restart it unchanged",
+        crash_loop_unknown_cause,
+        wrong="sglang.service restarted 9 times; its log shows a CUDA illegal memory access",
+        expert="stop the unit; do not start it again unchanged; read its log and fix the cause",
+        actions=("stop sglang",),
+        ideal_s=30,
+        lesson="a crash loop is a symptom: restarting it unchanged only loops again",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="crash-loop",
     ),
     Scenario(
         "ecc-recurring",
