@@ -152,7 +152,7 @@ def test_the_fleet_exit_code_is_the_worst_in_the_documented_order():
     assert summary.worst([ExitCode.GOAL_NOT_MET, ExitCode.HOST_UNREACHABLE]) == 3
     assert summary.worst([ExitCode.HOST_UNREACHABLE, ExitCode.LOCKED]) == ExitCode.LOCKED
     assert summary.worst([ExitCode.LOCKED, ExitCode.DECLINED, ExitCode.OK]) == ExitCode.DECLINED
-    assert set(summary.SEVERITY) == set(ExitCode) - {ExitCode.BAD_INPUT}
+    assert set(summary.SEVERITY) == set(ExitCode)
 
 
 def test_host_text_in_a_summary_cannot_steer_the_terminal():

@@ -586,70 +586,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is None:  # the last guard: a bug is one line and its own code
             if os.environ.get("RUNBOOK_DEBUG"):
                 raise
-            _err(
-                f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
-                "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
-            )
+            from runbook_runner.cli.outcomes import internal
+
+            _err(f"runbook: {internal(error)}")
             return ExitCode.INTERNAL
         return code
 
 
 def _failed(error: Exception) -> int | None:
     """Say why a command failed, in one line (a runbook's problems: one line each), and pick
-    its exit code; None for a failure nobody planned for (a bug). The modules whose errors
-    these are load here, on failure, so that a command that works never imports them."""
-    from runbook_runner import journal
-    from runbook_runner.cli.drill import StateFileInvalid
-    from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
-    from runbook_runner.format.catalog import UnknownRunbook
-    from runbook_runner.format.expr import EvalError
-    from runbook_runner.format.parameters import ParameterError
+    its exit code (the table in cli/outcomes.py, shared with each host of a fleet); None for
+    a failure nobody planned for (a bug)."""
+    from runbook_runner.cli.outcomes import failure
     from runbook_runner.runbook import RunbookInvalid
-    from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
-    if isinstance(error, RunbookInvalid):
-        for line in error.lines:
-            _err(line)
-        return ExitCode.BAD_INPUT
-    if isinstance(error, HostLocked):
-        _err(
-            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
-            "with its connection; on a host without flock, re-run with --break-lock)"
-        )
-        return ExitCode.LOCKED
-    if isinstance(error, journal.JournalWriteError):
-        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
-        return ExitCode.JOURNAL
-    if isinstance(error, LockUnavailable):
-        _err(f"runbook: {error}")
-        return ExitCode.LOCKED
-    if isinstance(error, journal.UnknownRun):
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, journal.JournalError):
-        _err(f"runbook: {error}")
-        return ExitCode.JOURNAL
-    if isinstance(error, NeedsConfirmation):
-        _err(f"runbook: stopped: {error}")
-        return ExitCode.DECLINED
-    if isinstance(error, UnknownRunbook | ParameterError | StateFileInvalid):
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, SshSetupError):
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.BAD_INPUT
-    if isinstance(error, EvalError):  # a duration computed from --set values that cannot be
-        _err(f"runbook: cannot compute a value of the runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, TransportError):
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.HOST_UNREACHABLE
     if isinstance(error, BrokenPipeError):
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()
         return ExitCode.OK
-    if isinstance(error, OSError):  # a local file named on the command line: missing, ...
-        where = f"{str(error.filename)[:200]}: " if error.filename else ""
-        _err(f"runbook: {where}{error.strerror or error}")
-        return ExitCode.BAD_INPUT
-    return None
+    found = failure(error)
+    if found is None:
+        return None
+    prefix = "" if isinstance(error, RunbookInvalid) else "runbook: "
+    for line in found.lines:
+        _err(prefix + line)
+    return found.code

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook_runner import __version__
 from runbook_runner import journal as journal_module
-from runbook_runner.cli import console, render
+from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import (
     Interrupted,
@@ -104,10 +104,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "checks": [r.to_json() for r in observed.results],
         }
         print(json.dumps(document, indent=2))
-    if ok:
-        return ExitCode.OK
-    failing = any(not r.ok and not r.cannot_tell for r in observed.results)
-    return ExitCode.GOAL_NOT_MET if failing else ExitCode.CANNOT_TELL
+    return outcomes.check_code(observed.results)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -235,16 +232,7 @@ def execute_run(
 
 
 def _exit_code(args: argparse.Namespace, report: RunReport, confirmer: console.Confirmer) -> int:
-    if report.blocked is not None:
-        code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
-    elif report.declined:
-        # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
-        code = ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
-    elif args.dry_run:
-        code = ExitCode.OK
-    else:
-        code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
-    return code
+    return outcomes.run_code(report, dry_run=args.dry_run, reboot_blocked=confirmer.reboot_blocked)
 
 
 @contextlib.contextmanager
