@@ -523,3 +523,89 @@ def test_a_host_that_cannot_be_observed_is_stopped_with_exit_6_not_escalated(fle
     assert resets(fleet[1]) == []
     assert resets(fleet[0])
     assert resets(fleet[2])
+
+
+MANY_CHECKS = HEALTH.replace(
+    "goal: [gpu-memory-released]",
+    """  gpu-count:
+    description: Eight GPUs
+    expect: count(gpus) == 8
+  gpu-memory-known:
+    description: Every GPU reports its memory
+    every: gpus
+    expect: memory_total_mib > 0
+  gpu-memory-small:
+    description: Every GPU under 100 GiB used
+    every: gpus
+    expect: memory_used_mib < 102400
+goal: [gpu-memory-released, gpu-count, gpu-memory-known, gpu-memory-small]""",
+)
+
+
+def test_a_host_whose_checks_cannot_be_told_is_grouped_as_cannot_tell_on_one_short_line(
+    fleet, files, capsys, tmp_path
+):
+    """Issue 25: nvidia-smi cannot answer on gpu2 (its driver is not loaded): that host is
+    'cannot tell' (exit 6), not 'failing', and the reason the four checks share is said once,
+    shortened; --json has it whole."""
+    runbook = tmp_path / "many-checks.yaml"
+    runbook.write_text(MANY_CHECKS.replace("name: fleet-health", "name: many-checks"))
+    state = eight_gpu_server()
+    state.driver_loaded = False
+    fleet[1].set_state(state)
+    argv = ["check", str(runbook), "--hosts", "gpu[1-3]", "--user", fleet[0].user]
+    code, out, _ = cli(capsys, *argv, *files["common"])
+    assert code == ExitCode.CANNOT_TELL, out
+    lines = out.splitlines()
+    (line,) = [x for x in lines if x.startswith("gpu2: ")]
+    assert line.startswith("gpu2: 4 checks (gpu-memory-released, gpu-count, gpu-memory-known, ...)")
+    assert " cannot tell — " in line
+    assert line.count("cannot tell") == 1  # one reason, said once
+    assert len(line) <= len("gpu2: ") + 160
+    assert "gpu[1,3]: ok" in lines
+    assert lines[-1] == "3 hosts: 2 ok, 1 cannot tell"
+    code, out, _ = cli(capsys, *argv, *files["common"], "--json")
+    (record,) = [h for h in json.loads(out)["hosts"] if h["host"] == "gpu2"]
+    assert record["outcome"] == "cannot tell"
+    assert record["exit_code"] == 6
+    assert record["summary"].startswith(line[len("gpu2: ") :].removesuffix("..."))
+    assert {c["status"] for c in record["checks"]} == {"cannot-tell"}
+
+
+def test_an_internal_error_exits_70_on_one_host_and_on_a_fleet(fleet, files, capsys, monkeypatch):
+    """One error-to-exit table (cli/outcomes.py): a bug while checking is 70 on one host and
+    the same 70 (outcome 'internal error') for each host of a fleet, not 6."""
+    from runbook_runner.runner import Runner
+
+    def broken(self, when):
+        raise ZeroDivisionError("injected")
+
+    monkeypatch.setattr(Runner, "check_goal", broken)
+    common = ["--user", fleet[0].user, *files["common"]]
+    code, _, err = cli(capsys, "check", files["runbook"], "--host", "gpu1", *common)
+    assert code == ExitCode.INTERNAL == 70
+    assert "internal error: ZeroDivisionError: injected" in err
+    code, out, _ = cli(capsys, "check", files["runbook"], "--hosts", "gpu[1-2]", *common)
+    assert code == ExitCode.INTERNAL, out
+    assert "gpu[1-2]: internal error: ZeroDivisionError: injected" in out
+    assert out.splitlines()[-1] == "2 hosts: 2 internal error"
+
+
+def test_a_step_that_times_out_and_leaves_the_goal_unmet_exits_8_on_one_host_and_a_fleet(
+    fleet, files, capsys, tmp_path
+):
+    runbook = tmp_path / "hang.yaml"
+    runbook.write_text(
+        "name: hang\ntitle: t\nsummary: s\n"
+        "observations:\n  marker: {command: 'cat \"$RUNBOOK_LOCK_DIR/never\" 2>/dev/null || true', parser: lines}\n"
+        "checks:\n  never: {description: never true, expect: count(marker) == 1}\n"
+        "goal: [never]\nsteps:\n"
+        "  - {id: hang, title: hang, run: 'exec sleep 30', timeout: 0.5}\n"
+    )
+    common = ["--user", fleet[0].user, *files["common"]]
+    code, out, _ = cli(capsys, "run", str(runbook), "--host", "gpu1", *common)
+    assert code == ExitCode.TIMED_OUT == 8, out
+    code, out, _ = cli(capsys, "run", str(runbook), "--hosts", "gpu[1-2]", "--serial", "2", *common)
+    assert code == ExitCode.TIMED_OUT, out
+    assert "gpu[1-2]: goal NOT reached — step hang timed out" in out
+    assert out.splitlines()[-1] == "2 hosts: 2 timed out"

@@ -211,7 +211,15 @@ def _interrupted_outcome(
 
 
 def _checks_line(results: Sequence[Any]) -> str:
-    return summary.checks_line([(r.name, r.message, r.cannot_tell) for r in results if not r.ok])
+    """A check that cannot be told is said by its reason alone (what was not observed), so
+    checks that share it share one part of the line."""
+    return summary.checks_line(
+        [
+            (r.name, (r.found or r.message) if r.cannot_tell else r.message, r.cannot_tell)
+            for r in results
+            if not r.ok
+        ]
+    )
 
 
 # -- signals --------------------------------------------------------------------------------
