@@ -196,6 +196,14 @@ def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     fleet.add_argument(
         "--jsonl", action="store_true", help="one JSON line per host on stdout as each finishes"
     )
+    fleet.add_argument(
+        "--max-hosts",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="refuse a node set or inventory naming more hosts, before expanding it "
+        "(default 100000)",
+    )
 
 
 def _add_value_options(sub: argparse.ArgumentParser) -> None:

@@ -58,6 +58,9 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
     from runbook_runner.fleet import inventory as inventories
     from runbook_runner.fleet.selection import SelectionError, select
 
+    if args.max_hosts < 1:
+        raise UsageError("--max-hosts must be at least 1", _prog(args))
+
     inventory: Inventory | None = None
     if args.inventory:
         path = Path(args.inventory)
@@ -66,13 +69,13 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
         except (OSError, UnicodeDecodeError) as error:
             raise UsageError(f"--inventory {path}: cannot read it ({error})", _prog(args)) from None
         try:
-            inventory = inventories.parse(text, str(path))
+            inventory = inventories.parse(text, str(path), args.max_hosts)
         except inventories.InventoryError as error:
             print(f"runbook: {error}", file=sys.stderr)
             raise _Stop from None
     specs = [*(args.hosts or [])] + ([args.host] if args.host else [])
     try:
-        return select(specs, inventory, args.limit)
+        return select(specs, inventory, args.limit, args.max_hosts)
     except SelectionError as error:
         raise UsageError(str(error), _prog(args)) from None
 
