@@ -609,3 +609,25 @@ def test_a_step_that_times_out_and_leaves_the_goal_unmet_exits_8_on_one_host_and
     assert code == ExitCode.TIMED_OUT, out
     assert "gpu[1-2]: goal NOT reached — step hang timed out" in out
     assert out.splitlines()[-1] == "2 hosts: 2 timed out"
+
+
+def test_ssh_config_dev_null_is_no_configuration_as_for_ssh_f(fleet, files, capsys):
+    """``--ssh-config /dev/null`` reads as ``ssh -F /dev/null`` does: no configuration (the
+    inventory says where each host is), on one host and on a fleet; a folder is refused."""
+    host = fleet[0]
+    one = ["--host", "127.0.0.1", "--port", str(host.port), "--user", host.user]
+    one += ["-i", str(host.client_key), "--known-hosts", str(host.known_hosts)]
+    code, out, err = cli(capsys, "check", files["runbook"], *one, "--ssh-config", os.devnull)
+    assert code == ExitCode.OK, out + err
+    code, out, err = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--limit", "gpu[1-3]",
+        "--known-hosts", files["known"], "--ssh-config", os.devnull,
+    )  # fmt: skip
+    assert code == ExitCode.OK, out + err
+    assert "gpu[1-3]: ok" in out
+    code, out, err = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--ssh-config", "/",
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT  # once, before any host: not 'unreachable' on each
+    assert "/: a folder" in err
+    assert "unreachable" not in out

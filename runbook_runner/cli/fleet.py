@@ -75,9 +75,13 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
             raise _Stop from None
     specs = [*(args.hosts or [])] + ([args.host] if args.host else [])
     try:
-        return select(specs, inventory, args.limit, args.max_hosts)
+        hosts = select(specs, inventory, args.limit, args.max_hosts)
     except SelectionError as error:
         raise UsageError(str(error), _prog(args)) from None
+    # The SSH options are checked once, here (a missing --ssh-config or key file is bad
+    # input, exit 2, before any host is contacted), not found wrong on every host.
+    _target(args, hosts[0])
+    return hosts
 
 
 def _prog(args: argparse.Namespace) -> str:
