@@ -631,3 +631,65 @@ def test_ssh_config_dev_null_is_no_configuration_as_for_ssh_f(fleet, files, caps
     assert code == ExitCode.BAD_INPUT  # once, before any host: not 'unreachable' on each
     assert "/: a folder" in err
     assert "unreachable" not in out
+
+
+def _families(path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(path.read_text())}
+
+
+def _value(family, **labels):
+    (sample,) = [s for s in family.samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    return sample.value
+
+
+def test_prometheus_file_for_the_textfile_collector_parses_and_says_each_host_and_check(
+    fleet, files, capsys, tmp_path
+):
+    """--prometheus writes gauges node_exporter's textfile collector reads; the Python
+    client's own parser reads them back (as promtool check metrics would)."""
+    orphan(fleet[1])
+    prom = tmp_path / "runbook.prom"
+    prom.write_text("old contents\n")
+    code, out, _ = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--known-hosts",
+        files["known"], "--prometheus", str(prom),
+    )  # fmt: skip
+    assert code == ExitCode.HOST_UNREACHABLE, out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # renamed
+    families = _families(prom)
+    assert {f.type for f in families.values()} == {"gauge"}
+    status = families["runbook_check_status"]
+    check = {"runbook": "fleet-health", "check": "gpu-memory-released"}
+    assert _value(status, host="gpu2", status="failing", **check) == 1
+    assert _value(status, host="gpu2", status="ok", **check) == 0
+    assert _value(status, host="gpu1", status="ok", **check) == 1
+    assert not [s for s in status.samples if s.labels["host"] == "gpu4"]  # never observed
+    outcome = families["runbook_host_outcome"]
+    assert _value(outcome, host="gpu4", outcome="unreachable") == 1
+    assert _value(outcome, host="gpu4", outcome="ok") == 0
+    assert _value(outcome, host="gpu2", outcome="failing") == 1
+    assert _value(families["runbook_host_exit_code"], host="gpu2") == 1
+    assert _value(families["runbook_host_exit_code"], host="gpu4") == 3
+    assert families["runbook_last_run_timestamp_seconds"].samples[0].value > 1.7e9
+    # One host: the same metrics.
+    host = fleet[0]
+    one = ["--host", "127.0.0.1", "--port", str(host.port), "--user", host.user]
+    one += ["-i", str(host.client_key), "--known-hosts", str(host.known_hosts)]
+    assert cli(capsys, "check", files["runbook"], *one, "--prometheus", str(prom))[0] == 0
+    families = _families(prom)
+    assert _value(families["runbook_host_outcome"], host="127.0.0.1", outcome="ok") == 1
+
+
+def test_prometheus_label_values_are_escaped():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runbook_runner.fleet.prometheus import HostResult, render
+
+    odd = 'gpu"1\\\nx'
+    text = render("r", [HostResult(odd, "ok", 0, 0.5, (("c", "ok"),))], ("ok", "failing"), 1.5)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hosts = {s.labels["host"] for s in families["runbook_check_status"].samples}
+    assert hosts == {odd}
+    assert families["runbook_host_duration_seconds"].samples[0].value == 0.5

@@ -310,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
         "runbook check gpu-node-health --hosts 'gpu[001-128]'",
     )
     _add_host_options(check)
+    check.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write each host's and check's result as Prometheus gauges to FILE, for "
+        "node_exporter's textfile collector (written to a temporary file, then renamed)",
+    )
     run = add(
         "run",
         cmd_run,

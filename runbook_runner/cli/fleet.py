@@ -290,14 +290,26 @@ def fleet_check(args: argparse.Namespace) -> int:
     forks = max(1, min(args.forks, len(hosts)))
     out.line(f"{runbook.name} on {len(hosts)} hosts (read-only check, {forks} at a time)")
 
+    want_record = bool(structured or args.prometheus)
+
     def work(host: FleetHost) -> HostOutcome:
         return _check_one(
-            args, runbook, params, host, messages, stop.for_host(), want_record=structured
+            args, runbook, params, host, messages, stop.for_host(), want_record=want_record
         )
 
     with _signals_stop(stop):
         outcomes = _gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
         _print_summary(out, _in_order(outcomes, hosts))
+        if args.prometheus:
+            from runbook_runner.cli import metrics
+
+            results = [
+                metrics.host_result(
+                    o.host, o.kind, int(o.code), o.duration_s, o.record.get("checks", ())
+                )
+                for o in _in_order(outcomes, hosts)
+            ]
+            metrics.write(args.prometheus, runbook.name, results, "runbook check")
         code = _fleet_end(args, runbook, params, hosts, outcomes)
         return _interrupted_exit(out, stop, outcomes) if stop.stopped else code
 

@@ -81,6 +81,7 @@ def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from runbook_runner.runner import Runner
 
+    began = time.monotonic()
     out = console.Output(args.json)
     runbook, params, connected = _load_and_connect(args, out)
     with connected as transport:
@@ -104,7 +105,26 @@ def cmd_check(args: argparse.Namespace) -> int:
             "checks": [r.to_json() for r in observed.results],
         }
         print(json.dumps(document, indent=2))
-    return outcomes.check_code(observed.results)
+    code = outcomes.check_code(observed.results)
+    if getattr(args, "prometheus", None):
+        from runbook_runner.cli import metrics
+        from runbook_runner.fleet.summary import KIND_OF_CODE
+
+        checks = [r.to_json() for r in observed.results]
+        result = metrics.host_result(
+            _metrics_host(args, transport),
+            KIND_OF_CODE[code],
+            int(code),
+            time.monotonic() - began,
+            checks,
+        )
+        metrics.write(args.prometheus, runbook.name, [result], "runbook check")
+    return code
+
+
+def _metrics_host(args: argparse.Namespace, transport: Any) -> str:
+    """The host label of one host's metrics: as given to --host (without USER@)."""
+    return str(args.host or transport.target.host).rsplit("@", 1)[-1]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
