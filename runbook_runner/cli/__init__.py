@@ -145,6 +145,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _add_host_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
     sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
+    sub.add_argument(
+        "--local",
+        action="store_true",
+        help="run on this machine itself, without SSH (Slurm HealthCheckProgram, a "
+        "Kubernetes DaemonSet); a destructive runbook also needs --allow-local-changes",
+    )
     _add_fleet_options(sub)
     ssh = sub.add_argument_group("SSH")
     ssh.add_argument("--port", type=int, help="SSH port (default: ~/.ssh/config, else 22)")
@@ -330,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         "destructive step is blocked because what it acts on cannot be observed)",
     )
     _add_consent_options(run)
+    run.add_argument(
+        "--allow-local-changes",
+        action="store_true",
+        help="with --local: let a destructive runbook change this machine",
+    )
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
     run.add_argument(
         "--journal",
@@ -515,12 +526,24 @@ def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _is_fleet(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
+    fleet = bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
+    if fleet and getattr(args, "local", False):
+        raise UsageError("--local runs on this machine: not with --hosts or --inventory", "runbook")
+    return fleet
 
 
 def _one_host(args: argparse.Namespace, prog: str) -> None:
     """Refuse what one --host cannot take, then start connecting to it at once, before
     the rest of the command is even imported (see cli/connecting.py)."""
+    if getattr(args, "local", False):
+        if args.host:
+            raise UsageError("--local or --host, not both", prog)
+        if getattr(args, "jsonl", False):
+            raise UsageError("--jsonl is for many hosts; use --json", prog)
+        from runbook_runner.local import LocalConnecting
+
+        args.connecting = LocalConnecting()
+        return
     if not args.host:
         raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
     if getattr(args, "jsonl", False):

@@ -146,6 +146,17 @@ def execute_run(
     try:
         runbook, params = _load_with_params(args)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if (
+            getattr(args, "local", False)
+            and runbook.destructive
+            and not args.dry_run
+            and not getattr(args, "allow_local_changes", False)
+        ):
+            raise UsageError(
+                f"{runbook.name} changes the host (destructive steps): with --local it runs "
+                "only with --allow-local-changes (or --dry-run)",
+                "runbook run",
+            )
         if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
             raise UsageError(
                 f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
