@@ -7,6 +7,7 @@ end the test observes through /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -174,3 +175,53 @@ def test_hosts_a_signal_reaches_before_their_batch_are_journalled_as_not_started
     assert ends["s3"]["not_started"]
     assert ends["s4"]["not_started"]
     assert "not_started" not in ends["s1"]
+
+
+SLOW_LOOK = """\
+name: fleet-slow-look
+title: An observation that takes 20 s on every host
+summary: For the fleet interrupt tests.
+observations:
+  slow:
+    command: 'sh -c ''echo $$ > "$RUNBOOK_LOCK_DIR/sleeper.pid"; exec sleep 20'''
+    parser: lines
+    timeout: 60
+checks:
+  seen: {description: seen, expect: count(slow) == 0}
+goal: [seen]
+"""
+
+
+def test_a_check_spread_over_worker_processes_stops_every_host_on_a_signal(four, setup, tmp_path):
+    argv, env, _ = setup
+    runbook = tmp_path / "fleet-slow-look.yaml"
+    runbook.write_text(SLOW_LOOK)
+    check = ["check" if a == "run" else a for a in argv if a != "--yes"]
+    check[check.index(str(tmp_path / "fleet-sleepy.yaml"))] = str(runbook)
+    pids, returncode, took, out, err = signal_fleet(
+        [*check, "--workers", "2"], env, four, signal.SIGTERM
+    )
+    assert returncode == 143, out + err
+    assert took < 5
+    assert "s[1-4]: interrupted (SIGTERM) — the command running there was ended" in out
+    for pid in pids.values():
+        wait_for(lambda pid=pid: gone(pid), 5, "the remote observation to end")
+
+
+def test_a_check_over_worker_processes_says_what_threads_say(four, setup, tmp_path):
+    argv, env, _ = setup
+    runbook = tmp_path / "fleet-quick.yaml"
+    runbook.write_text(
+        SLOW_LOOK.replace("exec sleep 20", "true").replace("fleet-slow-look", "fleet-quick")
+    )
+    check = ["check" if a == "run" else a for a in argv if a != "--yes"]
+    check[check.index(str(tmp_path / "fleet-sleepy.yaml"))] = str(runbook)
+    for workers in ("1", "3"):
+        done = subprocess.run(
+            [*check, "--workers", workers, "--json"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        document = json.loads(done.stdout)
+        assert [h["host"] for h in document["hosts"]] == ["s1", "s2", "s3", "s4"]
+        assert {h["outcome"] for h in document["hosts"]} == {"ok"}
+        assert all(h["checks"][0]["status"] == "ok" for h in document["hosts"])

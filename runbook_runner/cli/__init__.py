@@ -181,6 +181,9 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
     _add_value_options(sub)
 
 
+AUTO_WORKERS_FROM = 256  # hosts: from here on a check is spread over one process per core
+
+
 def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     """Many hosts: node sets, an Ansible inventory, --limit; see cli/fleet.py."""
     fleet = sub.add_argument_group("many hosts")
@@ -201,6 +204,14 @@ def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     )
     fleet.add_argument(
         "--jsonl", action="store_true", help="one JSON line per host on stdout as each finishes"
+    )
+    fleet.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="check: processes sharing the hosts and --forks, past one core (default: one "
+        f"per core from {AUTO_WORKERS_FROM} hosts, else 1)",
     )
     fleet.add_argument(
         "--max-hosts",

@@ -277,6 +277,8 @@ def fleet_check(args: argparse.Namespace) -> int:
         raise UsageError("--json or --jsonl, not both", "runbook check")
     if args.forks < 1:
         raise UsageError("--forks must be at least 1", "runbook check")
+    if args.workers < 0:
+        raise UsageError("--workers must be 0 (one per core) or more", "runbook check")
     try:
         hosts = _select(args)
     except _Stop:
@@ -297,8 +299,14 @@ def fleet_check(args: argparse.Namespace) -> int:
             args, runbook, params, host, messages, stop.for_host(), want_record=want_record
         )
 
+    workers = _workers(args, len(hosts))
     with _signals_stop(stop):
-        outcomes = _gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
+        if workers > 1:
+            outcomes = _gather_processes(
+                out, messages, stop, hosts, work, workers, forks, jsonl=args.jsonl
+            )
+        else:
+            outcomes = _gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
         _print_summary(out, _in_order(outcomes, hosts))
         if args.prometheus:
             from runbook_runner.cli import metrics
@@ -390,6 +398,102 @@ def _gather(
     messages.drain(out)
     out.end_live()
     return outcomes
+
+
+def _workers(args: argparse.Namespace, hosts: int) -> int:
+    """Processes for a check: --workers, else one per core once the fleet is large enough
+    to be worth a fork (each process has at least a few hosts and threads)."""
+    import os
+
+    from runbook_runner.cli import AUTO_WORKERS_FROM
+
+    wanted: int
+    if args.workers:
+        wanted = int(args.workers)
+    elif hosts >= AUTO_WORKERS_FROM:
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    else:
+        wanted = 1
+    return max(1, min(wanted, hosts, int(args.forks)))
+
+
+def _gather_processes(
+    out: console.Output,
+    messages: _Messages,
+    stop: Stop,
+    hosts: Sequence[FleetHost],
+    work: Callable[[FleetHost], HostOutcome],
+    workers: int,
+    forks: int,
+    *,
+    jsonl: bool,
+) -> list[HostOutcome]:
+    """As _gather, with the hosts spread over ``workers`` forked processes (threads inside
+    each). Each sends back its hosts' outcomes and messages as JSON lines; a signal to this
+    process is passed on to them, and each stops its own hosts as _run_one/_check_one do."""
+    from runbook_runner.fleet.fanout import fan_out_processes
+
+    outcomes: list[HostOutcome] = []
+    told: list[bool] = []
+
+    def tick() -> None:
+        if stop.signum is not None and not told:
+            told.append(True)
+            out.end_live()
+            out.line(
+                f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in "
+                "flight on their hosts; no further host starts"
+            )
+        messages.drain(out)
+        if out.tty:
+            out.live(summary.progress(len(outcomes), len(hosts), outcomes))
+
+    def encode(outcome: HostOutcome) -> str:  # in the worker: its messages go along
+        said: list[str] = []
+        while not messages.lines.empty():
+            said.append(messages.lines.get_nowait())
+        return json.dumps({"said": said, **outcome.to_json()})
+
+    def decode(text: str) -> HostOutcome:  # here
+        record = json.loads(text)
+        for line in record.pop("said", ()):
+            messages.put(line)
+        return _decode_outcome(record)
+
+    tick()
+    for outcome in fan_out_processes(
+        hosts,
+        work,
+        workers,
+        forks,
+        encode=encode,
+        decode=decode,
+        signalled=lambda: stop.signum,
+        tick=tick,
+    ):
+        outcomes.append(outcome)
+        if jsonl:
+            print(json.dumps(outcome.to_json()), flush=True)
+    messages.drain(out)
+    out.end_live()
+    seen = {o.host for o in outcomes}
+    for host in hosts:  # a worker that died (killed, out of memory) leaves its hosts untold
+        if host.name not in seen:
+            line = "internal error: its worker process ended before this host's result"
+            lost = HostOutcome(host.name, summary.ERROR, ExitCode.INTERNAL, line, 0.0, {})
+            outcomes.append(lost)
+    return outcomes
+
+
+def _decode_outcome(record: dict[str, Any]) -> HostOutcome:
+    return HostOutcome(
+        record.pop("host"),
+        record.pop("outcome"),
+        ExitCode(record.pop("exit_code")),
+        record.pop("summary"),
+        float(record.pop("duration_s")),
+        record,
+    )
 
 
 def _in_order(outcomes: Sequence[HostOutcome], hosts: Sequence[FleetHost]) -> list[HostOutcome]:
