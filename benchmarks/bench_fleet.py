@@ -89,6 +89,35 @@ def serve(count: int, folder: Path, limit_s: float, prefix: str = "sim") -> None
     fleet.stop()
 
 
+def _tree_pss_kib(root: int) -> int:
+    """The proportional set size of a process tree: pages shared between its processes
+    (forked workers, the ssh binary and libraries of clush's children) counted once."""
+    total = 0
+    for pid in _tree(root):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            status = (entry / "status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            children.setdefault(int(fields["PPid"]), []).append(int(entry.name))
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    return found
+
+
 def _tree_rss_kib(root: int) -> int:
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
@@ -109,10 +138,14 @@ def _tree_rss_kib(root: int) -> int:
     return total
 
 
+PSS: list[int] = []  # the peak PSS of the last command measured, in KiB
+
+
 def measure(
     command: list[str], limit_s: float, env: dict[str, str]
 ) -> tuple[float, int, int, float]:
-    """(wall seconds, peak tree RSS in KiB, exit status, CPU seconds) of one command."""
+    """(wall seconds, peak tree RSS in KiB, exit status, CPU seconds) of one command; its
+    peak tree PSS goes to PSS."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -120,9 +153,15 @@ def measure(
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env
     )
-    peak = 0
+    peak = pss = 0
+    PSS[:] = [0]
+    sampled = 0
     while process.poll() is None:
         peak = max(peak, _tree_rss_kib(process.pid))
+        sampled += 1
+        if sampled % 5 == 0:  # PSS costs more to read: every half second
+            pss = max(pss, _tree_pss_kib(process.pid))
+            PSS[:] = [pss]
         if time.perf_counter() - started > limit_s:
             process.kill()
             process.wait()
@@ -231,14 +270,14 @@ def main() -> None:
                 *common,
             ]
             wall, rss, code, cpu = measure(runbook, args.limit, env)
-            rows.append((count, f"runbook --forks {args.forks}", wall, rss, code, "", cpu))
+            rows.append((count, f"runbook --forks {args.forks}", wall, rss, code, "", cpu, PSS[0]))
             if clush:
                 command = [
                     clush, "-f", str(args.forks), "-b", "-w", nodes,
                     "-o", f"-F {folder / 'ssh_config'}", OBSERVATIONS,
                 ]  # fmt: skip
                 wall, rss, code, cpu = measure(command, args.limit, env)
-                rows.append((count, f"clush -f {args.forks} -b", wall, rss, code, "", cpu))
+                rows.append((count, f"clush -f {args.forks} -b", wall, rss, code, "", cpu, PSS[0]))
             sample = min(count, args.loop_sample)
             loop = " ".join(
                 f"{sys.executable} -m runbook_runner check gpu-node-health --host {name} "
@@ -249,7 +288,16 @@ def main() -> None:
             note = f"~ ({sample} run, x{count / sample:g})" if sample < count else ""
             scale = count / sample
             rows.append(
-                (count, "for loop of runbook --host", wall * scale, rss, 0, note, cpu * scale)
+                (
+                    count,
+                    "for loop of runbook --host",
+                    wall * scale,
+                    rss,
+                    0,
+                    note,
+                    cpu * scale,
+                    PSS[0],
+                )
             )
         print_table(rows)
     finally:
@@ -264,7 +312,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def print_table(rows: list[tuple[int, str, float, int, int, str, float]]) -> None:
+def print_table(rows: list[tuple[int, str, float, int, int, str, float, int]]) -> None:
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -277,14 +325,15 @@ def print_table(rows: list[tuple[int, str, float, int, int, str, float]]) -> Non
         f"{time.strftime('%Y-%m-%d', time.gmtime())}, {os.cpu_count()} CPUs ({cpu}), "
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
     )
-    print("| hosts | how | wall s | hosts/s | CPU ms/host | peak RSS MiB | exit |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for count, how, wall, rss, code, note, cpu in rows:
+    print("| hosts | how | wall s | hosts/s | CPU ms/host | peak RSS MiB | peak PSS MiB | exit |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for count, how, wall, rss, code, note, cpu, pss in rows:
         rate = count / wall if wall and wall != float("inf") else 0
         shown = f"{note.split(' ', 1)[0]}{wall:.1f}" if note else f"{wall:.1f}"
         print(
             f"| {count:,} | {how}{' ' + note.split(' ', 1)[1] if note else ''} | {shown} | "
-            f"{rate:.1f} | {1000 * cpu / count:.1f} | {rss / 1024:.0f} | {code} |"
+            f"{rate:.1f} | {1000 * cpu / count:.1f} | {rss / 1024:.0f} | {pss / 1024:.0f} | "
+            f"{code} |"
         )
 
 

@@ -74,6 +74,9 @@ def fan_out_processes(
         if pid == 0:  # the worker: never returns into the caller's code
             code = 0
             try:
+                import gc
+
+                gc.freeze()  # the collector then leaves the pages shared with the parent alone
                 os.close(read_end)
                 with os.fdopen(write_end, "w", encoding="utf-8") as out:
                     for result in fan_out(share, work, each):
