@@ -138,6 +138,9 @@ class SshTransport:
         self._sudo_password: bool | None = None  # does this connection's sudo want it?
         # Called after every reconnect (the host lock re-takes itself); may raise to stop.
         self.after_reconnect: list[Callable[[], None]] = []
+        # Asked while a command runs; raises Interrupted to stop it as a signal would (a
+        # fleet's worker threads get no signals: the main thread's stop reaches them here).
+        self.interrupt_check: Callable[[], None] = _no_check
 
     # -- connecting ------------------------------------------------------------
 
@@ -195,7 +198,7 @@ class SshTransport:
             # Nothing else is ever typed into a command: a command (or a sudo asking for a
             # password) that reads stdin gets end-of-file at once, not a wait until its timeout.
             channel.shutdown_write()
-            timed_out = _drain(channel, started + timeout, out, err)
+            timed_out = _drain(channel, started + timeout, out, err, self.interrupt_check)
             exit_status = None if timed_out else channel.recv_exit_status()
             if exit_status == -1 and not channel.get_transport().is_active():
                 # paramiko reports -1 when the connection died before the exit status came.
@@ -331,7 +334,9 @@ class SshTransport:
         try:
             channel.exec_command(text.encode("utf-8", "surrogateescape"))
             channel.shutdown_write()
-            timed_out = _drain(channel, started + batch.deadline(wanted), out, err)
+            timed_out = _drain(
+                channel, started + batch.deadline(wanted), out, err, self.interrupt_check
+            )
             exit_status = None if timed_out else channel.recv_exit_status()
             if exit_status == -1 and not channel.get_transport().is_active():
                 raise EOFError("the connection closed before the commands ended")
@@ -545,9 +550,19 @@ EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
 STALL_PROBE_S = 5.0  # after a wait ran out, the host has max(ConnectTimeout, this) to answer
 
 
-def _drain(channel: paramiko.Channel, deadline: float, out: TailBuffer, err: TailBuffer) -> bool:
+def _no_check() -> None:
+    pass
+
+
+def _drain(
+    channel: paramiko.Channel,
+    deadline: float,
+    out: TailBuffer,
+    err: TailBuffer,
+    check: Callable[[], None] = _no_check,
+) -> bool:
     """Read stdout and stderr together until the command ends or the deadline passes;
-    True when it timed out.
+    True when it timed out. ``check`` is asked at least every half second (it may raise).
 
     Reading both streams in one loop is what keeps a chatty command from
     filling one window while we wait on the other (paramiko's recv_exit_status
@@ -556,6 +571,7 @@ def _drain(channel: paramiko.Channel, deadline: float, out: TailBuffer, err: Tai
     """
     exited_at: float | None = None
     while True:
+        check()
         progressed = False
         while channel.recv_ready():
             out.add(channel.recv(65536))

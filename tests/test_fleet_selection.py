@@ -152,7 +152,7 @@ def test_the_fleet_exit_code_is_the_worst_in_the_documented_order():
     assert summary.worst([ExitCode.GOAL_NOT_MET, ExitCode.HOST_UNREACHABLE]) == 3
     assert summary.worst([ExitCode.HOST_UNREACHABLE, ExitCode.LOCKED]) == ExitCode.LOCKED
     assert summary.worst([ExitCode.LOCKED, ExitCode.DECLINED, ExitCode.OK]) == ExitCode.DECLINED
-    assert set(summary.SEVERITY) == set(ExitCode) - {ExitCode.BAD_INPUT}
+    assert set(summary.SEVERITY) == set(ExitCode)
 
 
 def test_host_text_in_a_summary_cannot_steer_the_terminal():
@@ -216,3 +216,67 @@ def test_a_broken_inventory_is_one_line_with_file_and_line(in_repo, capsys, tmp_
         capsys.readouterr().err.strip()
         == f"runbook: {inventory}:2: expected NAME=VALUE, found 'ansible_port'"
     )
+
+
+# -- bounds (issue 25) ----------------------------------------------------------------------
+
+HUGE = "h[1-100000000000000]"  # 10**14: expanding it would never end; refused by its count
+
+
+def test_a_node_set_past_max_hosts_is_refused_by_its_count_before_it_is_expanded():
+    with pytest.raises(SelectionError, match=r"names up to 100,000,000,000,000 hosts, more than"):
+        select([HUGE])
+    with pytest.raises(SelectionError, match=r"names up to 110,000 hosts"):
+        select(["a[1-50000],b[1-60000]"])
+    with pytest.raises(SelectionError, match=r"names up to 6 hosts, more than --max-hosts 5"):
+        select(["g[1-2]-ib[1-3]"], max_hosts=5)  # ranges multiply
+    assert len(select(["g[1-2]-ib[1-3]"], max_hosts=6)) == 6
+    assert len(select(["g[1-10]!g[1-5]"], max_hosts=10)) == 5  # an upper bound, not exact
+
+
+def test_an_inventory_range_past_max_hosts_is_refused_before_it_is_expanded():
+    with pytest.raises(InventoryError, match=r"hosts:2: host range 'b\[1:100000000000000\]' names"):
+        parse("[gpus]\nb[1:100000000000000]\n", "hosts")
+    with pytest.raises(InventoryError, match=r"names 8 hosts, more than the 7 left"):
+        parse("[a]\nx[1:3]\n[b]\ny[1:2][1:4]\n", "hosts", max_hosts=10)
+    with pytest.raises(InventoryError, match=r"more than 3 hosts \(--max-hosts\)"):
+        parse("[a]\nh1\nh2\nh3\nh4\n", "hosts", max_hosts=3)
+
+
+def test_inventory_groups_nested_past_the_bound_are_one_error_not_a_recursion_error():
+    chain = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(5_000)) + "[g5000]\nh1\n"
+    with pytest.raises(InventoryError, match=r"groups nested more than 64 levels deep"):
+        parse(chain, "hosts")
+    deep_yaml = "all:\n" + "".join(
+        "  " * (2 * i + 1) + "children:\n" + "  " * (2 * i + 2) + f"g{i}:\n" for i in range(200)
+    )
+    with pytest.raises(InventoryError, match=r"hosts.yaml:\d+: nested more than 64 levels deep"):
+        parse(deep_yaml, "hosts.yaml")
+    assert parse("[a:children]\nb\n[b]\nh1\n", "hosts").group("a") == {"h1"}
+
+
+def test_a_limit_regex_that_backtracks_is_stopped_as_matches_is():
+    names = ["a" * 40 + "b", "gpu1"]
+    with pytest.raises(SelectionError, match=r"the regular expression takes too long"):
+        limit(names, "~(a|aa)+$")
+    assert limit(names, "~^gpu") == ["gpu1"]
+    with pytest.raises(SelectionError, match=r"not a regular expression"):
+        limit(names, "~(")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--hosts", HUGE], "names up to 100,000,000,000,000 hosts, more than --max-hosts"),
+        (["--hosts", "g[1-3]", "--max-hosts", "2"], "names up to 3 hosts, more than --max-hosts 2"),
+        (["--hosts", "g[1-3]", "--max-hosts", "0"], "--max-hosts must be at least 1"),
+        (["--hosts", "g[1-3]", "--limit", "~(("], "not a regular expression"),
+    ],
+)
+def test_bounds_are_one_line_exit_2_and_no_host_is_contacted(in_repo, capsys, argv, message):
+    from runbook_runner.cli import main
+
+    assert main(["check", "gpu-node-health", *argv]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

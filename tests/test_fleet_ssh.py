@@ -523,3 +523,173 @@ def test_a_host_that_cannot_be_observed_is_stopped_with_exit_6_not_escalated(fle
     assert resets(fleet[1]) == []
     assert resets(fleet[0])
     assert resets(fleet[2])
+
+
+MANY_CHECKS = HEALTH.replace(
+    "goal: [gpu-memory-released]",
+    """  gpu-count:
+    description: Eight GPUs
+    expect: count(gpus) == 8
+  gpu-memory-known:
+    description: Every GPU reports its memory
+    every: gpus
+    expect: memory_total_mib > 0
+  gpu-memory-small:
+    description: Every GPU under 100 GiB used
+    every: gpus
+    expect: memory_used_mib < 102400
+goal: [gpu-memory-released, gpu-count, gpu-memory-known, gpu-memory-small]""",
+)
+
+
+def test_a_host_whose_checks_cannot_be_told_is_grouped_as_cannot_tell_on_one_short_line(
+    fleet, files, capsys, tmp_path
+):
+    """Issue 25: nvidia-smi cannot answer on gpu2 (its driver is not loaded): that host is
+    'cannot tell' (exit 6), not 'failing', and the reason the four checks share is said once,
+    shortened; --json has it whole."""
+    runbook = tmp_path / "many-checks.yaml"
+    runbook.write_text(MANY_CHECKS.replace("name: fleet-health", "name: many-checks"))
+    state = eight_gpu_server()
+    state.driver_loaded = False
+    fleet[1].set_state(state)
+    argv = ["check", str(runbook), "--hosts", "gpu[1-3]", "--user", fleet[0].user]
+    code, out, _ = cli(capsys, *argv, *files["common"])
+    assert code == ExitCode.CANNOT_TELL, out
+    lines = out.splitlines()
+    (line,) = [x for x in lines if x.startswith("gpu2: ")]
+    assert line.startswith("gpu2: 4 checks (gpu-memory-released, gpu-count, gpu-memory-known, ...)")
+    assert " cannot tell — " in line
+    assert line.count("cannot tell") == 1  # one reason, said once
+    assert len(line) <= len("gpu2: ") + 160
+    assert "gpu[1,3]: ok" in lines
+    assert lines[-1] == "3 hosts: 2 ok, 1 cannot tell"
+    code, out, _ = cli(capsys, *argv, *files["common"], "--json")
+    (record,) = [h for h in json.loads(out)["hosts"] if h["host"] == "gpu2"]
+    assert record["outcome"] == "cannot tell"
+    assert record["exit_code"] == 6
+    assert record["summary"].startswith(line[len("gpu2: ") :].removesuffix("..."))
+    assert {c["status"] for c in record["checks"]} == {"cannot-tell"}
+
+
+def test_an_internal_error_exits_70_on_one_host_and_on_a_fleet(fleet, files, capsys, monkeypatch):
+    """One error-to-exit table (cli/outcomes.py): a bug while checking is 70 on one host and
+    the same 70 (outcome 'internal error') for each host of a fleet, not 6."""
+    from runbook_runner.runner import Runner
+
+    def broken(self, when):
+        raise ZeroDivisionError("injected")
+
+    monkeypatch.setattr(Runner, "check_goal", broken)
+    common = ["--user", fleet[0].user, *files["common"]]
+    code, _, err = cli(capsys, "check", files["runbook"], "--host", "gpu1", *common)
+    assert code == ExitCode.INTERNAL == 70
+    assert "internal error: ZeroDivisionError: injected" in err
+    code, out, _ = cli(capsys, "check", files["runbook"], "--hosts", "gpu[1-2]", *common)
+    assert code == ExitCode.INTERNAL, out
+    assert "gpu[1-2]: internal error: ZeroDivisionError: injected" in out
+    assert out.splitlines()[-1] == "2 hosts: 2 internal error"
+
+
+def test_a_step_that_times_out_and_leaves_the_goal_unmet_exits_8_on_one_host_and_a_fleet(
+    fleet, files, capsys, tmp_path
+):
+    runbook = tmp_path / "hang.yaml"
+    runbook.write_text(
+        "name: hang\ntitle: t\nsummary: s\n"
+        "observations:\n  marker: {command: 'cat \"$RUNBOOK_LOCK_DIR/never\" 2>/dev/null || true', parser: lines}\n"
+        "checks:\n  never: {description: never true, expect: count(marker) == 1}\n"
+        "goal: [never]\nsteps:\n"
+        "  - {id: hang, title: hang, run: 'exec sleep 30', timeout: 0.5}\n"
+    )
+    common = ["--user", fleet[0].user, *files["common"]]
+    code, out, _ = cli(capsys, "run", str(runbook), "--host", "gpu1", *common)
+    assert code == ExitCode.TIMED_OUT == 8, out
+    code, out, _ = cli(capsys, "run", str(runbook), "--hosts", "gpu[1-2]", "--serial", "2", *common)
+    assert code == ExitCode.TIMED_OUT, out
+    assert "gpu[1-2]: goal NOT reached — step hang timed out" in out
+    assert out.splitlines()[-1] == "2 hosts: 2 timed out"
+
+
+def test_ssh_config_dev_null_is_no_configuration_as_for_ssh_f(fleet, files, capsys):
+    """``--ssh-config /dev/null`` reads as ``ssh -F /dev/null`` does: no configuration (the
+    inventory says where each host is), on one host and on a fleet; a folder is refused."""
+    host = fleet[0]
+    one = ["--host", "127.0.0.1", "--port", str(host.port), "--user", host.user]
+    one += ["-i", str(host.client_key), "--known-hosts", str(host.known_hosts)]
+    code, out, err = cli(capsys, "check", files["runbook"], *one, "--ssh-config", os.devnull)
+    assert code == ExitCode.OK, out + err
+    code, out, err = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--limit", "gpu[1-3]",
+        "--known-hosts", files["known"], "--ssh-config", os.devnull,
+    )  # fmt: skip
+    assert code == ExitCode.OK, out + err
+    assert "gpu[1-3]: ok" in out
+    code, out, err = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--ssh-config", "/",
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT  # once, before any host: not 'unreachable' on each
+    assert "/: a folder" in err
+    assert "unreachable" not in out
+
+
+def _families(path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(path.read_text())}
+
+
+def _value(family, **labels):
+    (sample,) = [s for s in family.samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    return sample.value
+
+
+def test_prometheus_file_for_the_textfile_collector_parses_and_says_each_host_and_check(
+    fleet, files, capsys, tmp_path
+):
+    """--prometheus writes gauges node_exporter's textfile collector reads; the Python
+    client's own parser reads them back (as promtool check metrics would)."""
+    orphan(fleet[1])
+    prom = tmp_path / "runbook.prom"
+    prom.write_text("old contents\n")
+    code, out, _ = cli(
+        capsys, "check", files["runbook"], "--inventory", files["ini"], "--known-hosts",
+        files["known"], "--prometheus", str(prom),
+    )  # fmt: skip
+    assert code == ExitCode.HOST_UNREACHABLE, out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # renamed
+    families = _families(prom)
+    assert {f.type for f in families.values()} == {"gauge"}
+    status = families["runbook_check_status"]
+    check = {"runbook": "fleet-health", "check": "gpu-memory-released"}
+    assert _value(status, host="gpu2", status="failing", **check) == 1
+    assert _value(status, host="gpu2", status="ok", **check) == 0
+    assert _value(status, host="gpu1", status="ok", **check) == 1
+    assert not [s for s in status.samples if s.labels["host"] == "gpu4"]  # never observed
+    outcome = families["runbook_host_outcome"]
+    assert _value(outcome, host="gpu4", outcome="unreachable") == 1
+    assert _value(outcome, host="gpu4", outcome="ok") == 0
+    assert _value(outcome, host="gpu2", outcome="failing") == 1
+    assert _value(families["runbook_host_exit_code"], host="gpu2") == 1
+    assert _value(families["runbook_host_exit_code"], host="gpu4") == 3
+    assert families["runbook_last_run_timestamp_seconds"].samples[0].value > 1.7e9
+    # One host: the same metrics.
+    host = fleet[0]
+    one = ["--host", "127.0.0.1", "--port", str(host.port), "--user", host.user]
+    one += ["-i", str(host.client_key), "--known-hosts", str(host.known_hosts)]
+    assert cli(capsys, "check", files["runbook"], *one, "--prometheus", str(prom))[0] == 0
+    families = _families(prom)
+    assert _value(families["runbook_host_outcome"], host="127.0.0.1", outcome="ok") == 1
+
+
+def test_prometheus_label_values_are_escaped():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runbook_runner.fleet.prometheus import HostResult, render
+
+    odd = 'gpu"1\\\nx'
+    text = render("r", [HostResult(odd, "ok", 0, 0.5, (("c", "ok"),))], ("ok", "failing"), 1.5)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hosts = {s.labels["host"] for s in families["runbook_check_status"].samples}
+    assert hosts == {odd}
+    assert families["runbook_host_duration_seconds"].samples[0].value == 0.5

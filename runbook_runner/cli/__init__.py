@@ -145,6 +145,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _add_host_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
     sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
+    sub.add_argument(
+        "--local",
+        action="store_true",
+        help="run on this machine itself, without SSH (Slurm HealthCheckProgram, a "
+        "Kubernetes DaemonSet); a destructive runbook also needs --allow-local-changes",
+    )
     _add_fleet_options(sub)
     ssh = sub.add_argument_group("SSH")
     ssh.add_argument("--port", type=int, help="SSH port (default: ~/.ssh/config, else 22)")
@@ -196,6 +202,9 @@ def _add_host_options(sub: argparse.ArgumentParser) -> None:
     _add_value_options(sub)
 
 
+AUTO_WORKERS_FROM = 256  # hosts: from here on a check is spread over one process per core
+
+
 def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     """Many hosts: node sets, an Ansible inventory, --limit; see cli/fleet.py."""
     fleet = sub.add_argument_group("many hosts")
@@ -216,6 +225,22 @@ def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     )
     fleet.add_argument(
         "--jsonl", action="store_true", help="one JSON line per host on stdout as each finishes"
+    )
+    fleet.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="check: processes sharing the hosts and --forks, past one core (default: one "
+        f"per core from {AUTO_WORKERS_FROM} hosts, else 1)",
+    )
+    fleet.add_argument(
+        "--max-hosts",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="refuse a node set or inventory naming more hosts, before expanding it "
+        "(default 100000)",
     )
 
 
@@ -335,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         "runbook check gpu-node-health --hosts 'gpu[001-128]'",
     )
     _add_host_options(check)
+    check.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write each host's and check's result as Prometheus gauges to FILE, for "
+        "node_exporter's textfile collector (written to a temporary file, then renamed)",
+    )
     run = add(
         "run",
         cmd_run,
@@ -349,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
         "destructive step is blocked because what it acts on cannot be observed)",
     )
     _add_consent_options(run)
+    run.add_argument(
+        "--allow-local-changes",
+        action="store_true",
+        help="with --local: let a destructive runbook change this machine",
+    )
     run.add_argument("--from", dest="from_step", metavar="STEP", help="start at this step id")
     run.add_argument(
         "--journal",
@@ -556,12 +592,24 @@ def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _is_fleet(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
+    fleet = bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
+    if fleet and getattr(args, "local", False):
+        raise UsageError("--local runs on this machine: not with --hosts or --inventory", "runbook")
+    return fleet
 
 
 def _one_host(args: argparse.Namespace, prog: str) -> None:
     """Refuse what one --host cannot take, then start connecting to it at once, before
     the rest of the command is even imported (see cli/connecting.py)."""
+    if getattr(args, "local", False):
+        if args.host:
+            raise UsageError("--local or --host, not both", prog)
+        if getattr(args, "jsonl", False):
+            raise UsageError("--jsonl is for many hosts; use --json", prog)
+        from runbook_runner.local import LocalConnecting
+
+        args.connecting = LocalConnecting()
+        return
     if not args.host:
         raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
     if getattr(args, "jsonl", False):
@@ -655,70 +703,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is None:  # the last guard: a bug is one line and its own code
             if os.environ.get("RUNBOOK_DEBUG"):
                 raise
-            _err(
-                f"runbook: internal error: {type(error).__name__}: {str(error)[:300]} "
-                "(a bug: please report it; RUNBOOK_DEBUG=1 shows the traceback)"
-            )
+            from runbook_runner.cli.outcomes import internal
+
+            _err(f"runbook: {internal(error)}")
             return ExitCode.INTERNAL
         return code
 
 
 def _failed(error: Exception) -> int | None:
     """Say why a command failed, in one line (a runbook's problems: one line each), and pick
-    its exit code; None for a failure nobody planned for (a bug). The modules whose errors
-    these are load here, on failure, so that a command that works never imports them."""
-    from runbook_runner import journal
-    from runbook_runner.cli.drill import StateFileInvalid
-    from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
-    from runbook_runner.format.catalog import UnknownRunbook
-    from runbook_runner.format.expr import EvalError
-    from runbook_runner.format.parameters import ParameterError
+    its exit code (the table in cli/outcomes.py, shared with each host of a fleet); None for
+    a failure nobody planned for (a bug)."""
+    from runbook_runner.cli.outcomes import failure
     from runbook_runner.runbook import RunbookInvalid
-    from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
-    if isinstance(error, RunbookInvalid):
-        for line in error.lines:
-            _err(line)
-        return ExitCode.BAD_INPUT
-    if isinstance(error, HostLocked):
-        _err(
-            f"runbook: {error}; wait for it to finish (the lock of a run that died is freed "
-            "with its connection; on a host without flock, re-run with --break-lock)"
-        )
-        return ExitCode.LOCKED
-    if isinstance(error, journal.JournalWriteError):
-        _err(f"runbook: {error}; the run stopped (free space, or give --journal FILE elsewhere)")
-        return ExitCode.JOURNAL
-    if isinstance(error, LockUnavailable):
-        _err(f"runbook: {error}")
-        return ExitCode.LOCKED
-    if isinstance(error, journal.UnknownRun):
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, journal.JournalError):
-        _err(f"runbook: {error}")
-        return ExitCode.JOURNAL
-    if isinstance(error, NeedsConfirmation):
-        _err(f"runbook: stopped: {error}")
-        return ExitCode.DECLINED
-    if isinstance(error, UnknownRunbook | ParameterError | StateFileInvalid):
-        _err(f"runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, SshSetupError):
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.BAD_INPUT
-    if isinstance(error, EvalError):  # a duration computed from --set values that cannot be
-        _err(f"runbook: cannot compute a value of the runbook: {error}")
-        return ExitCode.BAD_INPUT
-    if isinstance(error, TransportError):
-        _err(f"runbook: {error}" + (f"; {error.hint}" if error.hint else ""))
-        return ExitCode.HOST_UNREACHABLE
     if isinstance(error, BrokenPipeError):
         # The reader went away (runbook show ... | head): not an error worth a traceback.
         sys.stderr.close()
         return ExitCode.OK
-    if isinstance(error, OSError):  # a local file named on the command line: missing, ...
-        where = f"{str(error.filename)[:200]}: " if error.filename else ""
-        _err(f"runbook: {where}{error.strerror or error}")
-        return ExitCode.BAD_INPUT
-    return None
+    found = failure(error)
+    if found is None:
+        return None
+    prefix = "" if isinstance(error, RunbookInvalid) else "runbook: "
+    for line in found.lines:
+        _err(prefix + line)
+    return found.code

@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from runbook_runner.transport import SshTransport
@@ -141,7 +141,7 @@ class Connecting:
 def started(args: argparse.Namespace) -> Connecting:
     """The connection the CLI started early for these arguments, or a new one."""
     early = getattr(args, "connecting", None)
-    if isinstance(early, Connecting):
+    if early is not None:  # a Connecting, or --local's LocalConnecting (runbook_runner/local.py)
         args.connecting = None  # handed over once
-        return early
+        return cast("Connecting", early)
     return Connecting(args)

@@ -12,9 +12,11 @@ import contextlib
 import getpass
 import json
 import queue
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -25,17 +27,21 @@ from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import (
     AuthenticationFailed,
     HostKeyChanged,
+    Interrupted,
+    SshSetupError,
     TransportError,
     UnknownHostKey,
     UsageError,
 )
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.fleet import summary
+from runbook_runner.fleet.stop import HostStop, Stop
 from runbook_runner.fleet.summary import HostOutcome, printable
+from runbook_runner.journal import JournalError
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
-    from runbook_runner.events import ConfirmRequest, Event
+    from runbook_runner.events import ConfirmRequest, Event, RunReport
     from runbook_runner.fleet.inventory import Inventory
     from runbook_runner.fleet.selection import FleetHost
     from runbook_runner.transport import SshTarget, SshTransport
@@ -52,6 +58,9 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
     from runbook_runner.fleet import inventory as inventories
     from runbook_runner.fleet.selection import SelectionError, select
 
+    if args.max_hosts < 1:
+        raise UsageError("--max-hosts must be at least 1", _prog(args))
+
     inventory: Inventory | None = None
     if args.inventory:
         path = Path(args.inventory)
@@ -60,15 +69,19 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
         except (OSError, UnicodeDecodeError) as error:
             raise UsageError(f"--inventory {path}: cannot read it ({error})", _prog(args)) from None
         try:
-            inventory = inventories.parse(text, str(path))
+            inventory = inventories.parse(text, str(path), args.max_hosts)
         except inventories.InventoryError as error:
             print(f"runbook: {error}", file=sys.stderr)
             raise _Stop from None
     specs = [*(args.hosts or [])] + ([args.host] if args.host else [])
     try:
-        return select(specs, inventory, args.limit)
+        hosts = select(specs, inventory, args.limit, args.max_hosts)
     except SelectionError as error:
         raise UsageError(str(error), _prog(args)) from None
+    # The SSH options are checked once, here (a missing --ssh-config or key file is bad
+    # input, exit 2, before any host is contacted), not found wrong on every host.
+    _target(args, hosts[0])
+    return hosts
 
 
 def _prog(args: argparse.Namespace) -> str:
@@ -112,7 +125,9 @@ class _Messages:
             out.line(text)
 
 
-def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> SshTransport:
+def _connect(
+    args: argparse.Namespace, host: FleetHost, messages: _Messages, stop: HostStop
+) -> SshTransport:
     from runbook_runner.cli.connecting import become_password, key_recorded
     from runbook_runner.transport import SshTransport
 
@@ -124,6 +139,9 @@ def _connect(args: argparse.Namespace, host: FleetHost, messages: _Messages) -> 
     # No passphrase prompt from a worker thread: an encrypted key needs ssh-agent here.
     transport = SshTransport(target, None, recorded)
     transport.become_password = become_password(args)
+    # Worker threads get no signals: the main thread's stop reaches a running command here,
+    # and the transport ends it on the host as it does after a signal on one host.
+    transport.interrupt_check = stop.check
     try:
         return transport.connect()
     except BaseException:
@@ -139,31 +157,117 @@ def _transport_outcome(
         labels.insert(0, _target(args, host).label)
     message = summary.without_label(str(error), *labels)
     refused = isinstance(error, AuthenticationFailed | UnknownHostKey | HostKeyChanged)
-    kind = summary.REFUSED if refused else summary.UNREACHABLE
+    setup = isinstance(error, SshSetupError)  # this host's key file or ssh_config: exit 2
+    kind = summary.REFUSED if refused else summary.BAD_INPUT if setup else summary.UNREACHABLE
     return HostOutcome(
         host.name,
         kind,
-        ExitCode.HOST_UNREACHABLE,
+        ExitCode.BAD_INPUT if setup else ExitCode.HOST_UNREACHABLE,
         f"{kind} — {message}",
         time.monotonic() - started,
         {"ok": False, "error": str(error), "hint": error.hint},
     )
 
 
-def _error_outcome(host: FleetHost, error: Exception, started: float) -> HostOutcome:
-    text = f"{type(error).__name__}: {error}"
+def _error_outcome(
+    host: FleetHost, error: Exception, started: float, record: dict[str, Any] | None = None
+) -> HostOutcome:
+    """An error on one host, with the exit code one host would have exited with (the table in
+    cli/outcomes.py): a journal that cannot be written is 7, a bug 70."""
+    from runbook_runner.cli.outcomes import failure, internal
+
+    found = failure(error)
+    if found is None:
+        code, text = ExitCode.INTERNAL, internal(error)
+    else:
+        code, text = found.code, " ".join(found.lines)
+    kind = summary.KIND_OF_CODE.get(code, summary.ERROR)
+    text = summary.without_label(text, host.name)
+    line = text if text.startswith(f"{kind}:") else f"{kind} — {text}"
     return HostOutcome(
         host.name,
-        summary.ERROR,
-        ExitCode.CANNOT_TELL,
-        f"error — {text}",
+        kind,
+        code,
+        line,
         time.monotonic() - started,
-        {"ok": False, "error": text},
+        {**(record or {}), "ok": False, "error": text},
     )
 
 
-def _failing(results: Sequence[Any]) -> list[tuple[str, str]]:
-    return [(r.name, r.message) for r in results if not r.ok]
+def _interrupted_outcome(
+    host: FleetHost, interrupt: Interrupted, started: float, record: dict[str, Any]
+) -> HostOutcome:
+    name = signal.Signals(interrupt.signum).name
+    how = (
+        "the command running there was ended"
+        if interrupt.ended_on_host
+        else "between commands: nothing was left running"
+    )
+    return HostOutcome(
+        host.name,
+        summary.INTERRUPTED,
+        ExitCode.INTERRUPTED,
+        f"interrupted ({name}) — {how}",
+        time.monotonic() - started,
+        {
+            **record,
+            "ok": False,
+            "signal": name,
+            "ended_on_host": (
+                f"process group {interrupt.ended_on_host}" if interrupt.ended_on_host else None
+            ),
+        },
+    )
+
+
+def _checks_line(results: Sequence[Any]) -> str:
+    """A check that cannot be told is said by its reason alone (what was not observed), so
+    checks that share it share one part of the line."""
+    return summary.checks_line(
+        [
+            (r.name, (r.found or r.message) if r.cannot_tell else r.message, r.cannot_tell)
+            for r in results
+            if not r.ok
+        ]
+    )
+
+
+# -- signals --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals_stop(stop: Stop) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP stop the fleet: the handler only records the signal (the
+    workers see it at their next wait, end their command on the host, journal the interrupt
+    and release their lock); it raises Interrupted in the main thread only while it asks a
+    question (``stop.raise_here``). Later signals change nothing, so the cleanup runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.set(signum) and stop.raise_here:
+            raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, handler) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _interrupted_exit(out: console.Output, stop: Stop, outcomes: Sequence[HostOutcome]) -> int:
+    assert stop.signum is not None
+    ended = sum(1 for o in outcomes if o.record.get("ended_on_host"))
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print(
+            f"runbook: interrupted ({signal.Signals(stop.signum).name})"
+            + (f"; the running command was ended on {_count(ended)}" if ended else ""),
+            file=sys.stderr,
+        )
+    return 128 + int(stop.signum)
 
 
 # -- check ----------------------------------------------------------------------------------
@@ -176,6 +280,8 @@ def fleet_check(args: argparse.Namespace) -> int:
         raise UsageError("--json or --jsonl, not both", "runbook check")
     if args.forks < 1:
         raise UsageError("--forks must be at least 1", "runbook check")
+    if args.workers < 0:
+        raise UsageError("--workers must be 0 (one per core) or more", "runbook check")
     try:
         hosts = _select(args)
     except _Stop:
@@ -187,15 +293,38 @@ def fleet_check(args: argparse.Namespace) -> int:
     structured = args.json or args.jsonl
     out = console.Output(structured)
     messages = _Messages()
+    stop = Stop()
     forks = max(1, min(args.forks, len(hosts)))
     out.line(f"{runbook.name} on {len(hosts)} hosts (read-only check, {forks} at a time)")
 
-    def work(host: FleetHost) -> HostOutcome:
-        return _check_one(args, runbook, params, host, messages, want_record=structured)
+    want_record = bool(structured or args.prometheus)
 
-    outcomes = _gather(out, messages, hosts, work, forks, jsonl=args.jsonl)
-    _print_summary(out, outcomes)
-    return _fleet_end(args, runbook, params, hosts, outcomes)
+    def work(host: FleetHost) -> HostOutcome:
+        return _check_one(
+            args, runbook, params, host, messages, stop.for_host(), want_record=want_record
+        )
+
+    workers = _workers(args, len(hosts))
+    with _signals_stop(stop):
+        if workers > 1:
+            outcomes = _gather_processes(
+                out, messages, stop, hosts, work, workers, forks, jsonl=args.jsonl
+            )
+        else:
+            outcomes = _gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
+        _print_summary(out, _in_order(outcomes, hosts))
+        if args.prometheus:
+            from runbook_runner.cli import metrics
+
+            results = [
+                metrics.host_result(
+                    o.host, o.kind, int(o.code), o.duration_s, o.record.get("checks", ())
+                )
+                for o in _in_order(outcomes, hosts)
+            ]
+            metrics.write(args.prometheus, runbook.name, results, "runbook check")
+        code = _fleet_end(args, runbook, params, hosts, outcomes)
+        return _interrupted_exit(out, stop, outcomes) if stop.stopped else code
 
 
 def _check_one(
@@ -204,39 +333,41 @@ def _check_one(
     params: dict[str, Any],
     host: FleetHost,
     messages: _Messages,
+    stop: HostStop,
     *,
     want_record: bool,
 ) -> HostOutcome:
+    from runbook_runner.cli.outcomes import check_code
     from runbook_runner.runner import Runner
 
     started = time.monotonic()
+    if stop.stop.stopped:
+        return _not_started_outcome(host, stop.stop)
     try:
-        with _connect(args, host, messages) as transport:
-            observed = Runner(runbook, params, transport).check_goal("now")
+        with _connect(args, host, messages, stop) as transport:
+            observed = Runner(runbook, params, transport, sleep=stop.sleep).check_goal("now")
+    except Interrupted as interrupt:
+        return _interrupted_outcome(host, interrupt, started, {})
     except TransportError as error:
         return _transport_outcome(args, host, error, started)
     except Exception as error:  # one host's surprise must not end the others' checks
         return _error_outcome(host, error, started)
-    failing = _failing(observed.results)
-    record: dict[str, Any] = {"ok": not failing}
+    code = check_code(observed.results)
+    record: dict[str, Any] = {"ok": code == ExitCode.OK}
     if want_record:
         record["state"] = render.state_json(runbook, observed.state)
         record["checks"] = [cli_host.check_json(r, runbook) for r in observed.results]
-    if failing:
-        return HostOutcome(
-            host.name,
-            summary.FAILING,
-            ExitCode.GOAL_NOT_MET,
-            summary.failing_line(failing),
-            time.monotonic() - started,
-            record,
-        )
-    return HostOutcome(host.name, summary.OK, ExitCode.OK, "ok", time.monotonic() - started, record)
+    elapsed = time.monotonic() - started
+    if code == ExitCode.OK:
+        return HostOutcome(host.name, summary.OK, code, "ok", elapsed, record)
+    kind = summary.KIND_OF_CODE[code]
+    return HostOutcome(host.name, kind, code, _checks_line(observed.results), elapsed, record)
 
 
 def _gather(
     out: console.Output,
     messages: _Messages,
+    stop: Stop,
     hosts: Sequence[FleetHost],
     work: Callable[[FleetHost], HostOutcome],
     forks: int,
@@ -249,29 +380,125 @@ def _gather(
 
     outcomes: list[HostOutcome] = []
     everything = total if total is not None else len(hosts)
+    told: list[bool] = []
 
     def tick() -> None:
+        if stop.signum is not None and not told:
+            told.append(True)
+            out.end_live()
+            out.line(
+                f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in "
+                "flight on their hosts (each journal records it); no further host starts"
+            )
         messages.drain(out)
         if out.tty:
             seen = [*done_before, *outcomes]
             out.live(summary.progress(len(seen), everything, seen))
 
     tick()
-    try:
-        for outcome in fan_out(hosts, work, forks, tick=tick):
-            outcomes.append(outcome)
-            if jsonl:
-                print(json.dumps(outcome.to_json()), flush=True)
-    except KeyboardInterrupt:
-        out.end_live()
-        out.line(
-            "interrupted: no further host starts; hosts already started finish what they are "
-            "doing (each run's journal records it) before this command exits"
-        )
-        raise
+    for outcome in fan_out(hosts, work, forks, tick=tick):
+        outcomes.append(outcome)
+        if jsonl:
+            print(json.dumps(outcome.to_json()), flush=True)
     messages.drain(out)
     out.end_live()
     return outcomes
+
+
+def _workers(args: argparse.Namespace, hosts: int) -> int:
+    """Processes for a check: --workers, else one per core once the fleet is large enough
+    to be worth a fork (each process has at least a few hosts and threads)."""
+    import os
+
+    from runbook_runner.cli import AUTO_WORKERS_FROM
+
+    wanted: int
+    if args.workers:
+        wanted = int(args.workers)
+    elif hosts >= AUTO_WORKERS_FROM:
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    else:
+        wanted = 1
+    return max(1, min(wanted, hosts, int(args.forks)))
+
+
+def _gather_processes(
+    out: console.Output,
+    messages: _Messages,
+    stop: Stop,
+    hosts: Sequence[FleetHost],
+    work: Callable[[FleetHost], HostOutcome],
+    workers: int,
+    forks: int,
+    *,
+    jsonl: bool,
+) -> list[HostOutcome]:
+    """As _gather, with the hosts spread over ``workers`` forked processes (threads inside
+    each). Each sends back its hosts' outcomes and messages as JSON lines; a signal to this
+    process is passed on to them, and each stops its own hosts as _run_one/_check_one do."""
+    from runbook_runner.fleet.fanout import fan_out_processes
+
+    outcomes: list[HostOutcome] = []
+    told: list[bool] = []
+
+    def tick() -> None:
+        if stop.signum is not None and not told:
+            told.append(True)
+            out.end_live()
+            out.line(
+                f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in "
+                "flight on their hosts; no further host starts"
+            )
+        messages.drain(out)
+        if out.tty:
+            out.live(summary.progress(len(outcomes), len(hosts), outcomes))
+
+    def encode(outcome: HostOutcome) -> str:  # in the worker: its messages go along
+        said: list[str] = []
+        while not messages.lines.empty():
+            said.append(messages.lines.get_nowait())
+        return json.dumps({"said": said, **outcome.to_json()})
+
+    def decode(text: str) -> HostOutcome:  # here
+        record = json.loads(text)
+        for line in record.pop("said", ()):
+            messages.put(line)
+        return _decode_outcome(record)
+
+    tick()
+    for outcome in fan_out_processes(
+        hosts,
+        work,
+        workers,
+        forks,
+        encode=encode,
+        decode=decode,
+        signalled=lambda: stop.signum,
+        tick=tick,
+    ):
+        outcomes.append(outcome)
+        if jsonl:
+            print(json.dumps(outcome.to_json()), flush=True)
+    messages.drain(out)
+    out.end_live()
+    seen = {o.host for o in outcomes}
+    for host in hosts:  # a worker that died (killed, out of memory) leaves its hosts untold
+        if host.name not in seen:
+            line = "internal error: its worker process ended before this host's result"
+            lost = HostOutcome(host.name, summary.ERROR, ExitCode.INTERNAL, line, 0.0, {})
+            outcomes.append(lost)
+    return outcomes
+
+
+def _decode_outcome(record: dict[str, Any]) -> HostOutcome:
+    return HostOutcome(
+        record.pop("host"),
+        record.pop("outcome"),
+        ExitCode(record.pop("exit_code")),
+        record.pop("summary"),
+        float(record.pop("duration_s")),
+        record,
+    )
 
 
 def _in_order(outcomes: Sequence[HostOutcome], hosts: Sequence[FleetHost]) -> list[HostOutcome]:
@@ -331,41 +558,61 @@ def fleet_run(args: argparse.Namespace) -> int:
     asks = runbook.destructive and not args.dry_run and not args.yes and sys.stdin.isatty()
     outcomes: list[HostOutcome] = []
     stopped: str | None = None
-    for number, batch in enumerate(plan, 1):
-        failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
-        if not may_continue(failures, args.max_fail):
-            stopped = f"not started — {_count(failures)} failed (--max-fail {args.max_fail})"
-            break
-        approved = args.yes
-        if asks:
-            messages.drain(out)
-            if not _ask_batch(out, runbook, args, batch, number, len(plan)):
-                rest = [host for later in plan[number - 1 :] for host in later]
-                line = f"not started — batch {number} was declined"
-                outcomes += _not_started(rest, line, ExitCode.DECLINED)
+    stop = Stop()
+    with _signals_stop(stop):
+        for number, batch in enumerate(plan, 1):
+            if stop.stopped:
                 break
-            approved = True
+            failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
+            if not may_continue(failures, args.max_fail):
+                stopped = f"not started — {_count(failures)} failed (--max-fail {args.max_fail})"
+                break
+            approved = args.yes
+            if asks:
+                messages.drain(out)
+                try:
+                    stop.raise_here = True
+                    if stop.stopped:
+                        break
+                    answer = _ask_batch(out, runbook, args, batch, number, len(plan))
+                except Interrupted:
+                    break
+                finally:
+                    stop.raise_here = False
+                if not answer:
+                    rest = [host for later in plan[number - 1 :] for host in later]
+                    line = f"not started — batch {number} was declined"
+                    outcomes += _not_started(rest, line, ExitCode.DECLINED)
+                    break
+                approved = True
 
-        def work(host: FleetHost, approved: bool = approved) -> HostOutcome:
-            return _run_one(args, runbook, params, host, messages, approved)
+            def work(host: FleetHost, approved: bool = approved) -> HostOutcome:
+                return _run_one(args, runbook, params, host, messages, approved, stop.for_host())
 
-        outcomes += _gather(
-            out,
-            messages,
-            batch,
-            work,
-            len(batch),
-            jsonl=args.jsonl,
-            done_before=outcomes,
-            total=len(hosts),
-        )
-    if stopped is not None:
-        started = {o.host for o in outcomes}
-        outcomes += _not_started(
-            [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
-        )
-    _print_summary(out, _in_order(outcomes, hosts))
-    return _fleet_end(args, runbook, params, hosts, outcomes, dry_run=args.dry_run)
+            outcomes += _gather(
+                out,
+                messages,
+                stop,
+                batch,
+                work,
+                len(batch),
+                jsonl=args.jsonl,
+                done_before=outcomes,
+                total=len(hosts),
+            )
+        if stop.stopped:
+            started = {o.host for o in outcomes}
+            for host in hosts:
+                if host.name not in started:
+                    outcomes.append(_not_started_outcome(host, stop, (args, runbook, params)))
+        elif stopped is not None:
+            started = {o.host for o in outcomes}
+            outcomes += _not_started(
+                [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
+            )
+        _print_summary(out, _in_order(outcomes, hosts))
+        code = _fleet_end(args, runbook, params, hosts, outcomes, dry_run=args.dry_run)
+        return _interrupted_exit(out, stop, outcomes) if stop.stopped else code
 
 
 def _fleet_end(
@@ -398,6 +645,66 @@ def _count(hosts: int) -> str:
 
 def _not_started(hosts: Sequence[FleetHost], line: str, code: ExitCode) -> list[HostOutcome]:
     return [HostOutcome(h.name, summary.NOT_STARTED, code, line, 0.0, {"ok": False}) for h in hosts]
+
+
+def _not_started_outcome(
+    host: FleetHost,
+    stop: Stop,
+    journalled: tuple[argparse.Namespace, Runbook, dict[str, Any]] | None = None,
+) -> HostOutcome:
+    """A host a signal reached before its run started; with ``journalled`` (a rollout), a
+    journal of its own says so (run-start, then a run-end: interrupted, not started)."""
+    assert stop.signum is not None
+    name = signal.Signals(stop.signum).name
+    record: dict[str, Any] = {"ok": False, "signal": name}
+    if journalled is not None:
+        args, runbook, params = journalled
+        try:
+            record["journal"] = str(_journal_not_started(args, runbook, params, host, name))
+        except JournalError as error:
+            record["journal_error"] = str(error)
+    return HostOutcome(
+        host.name,
+        summary.NOT_STARTED,
+        ExitCode.INTERRUPTED,
+        f"not started — interrupted ({name}) before its run began",
+        0.0,
+        record,
+    )
+
+
+def _journal_not_started(
+    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, name: str
+) -> Path:
+    from runbook_runner import __version__
+    from runbook_runner import journal as journal_module
+
+    run_id = journal_module.new_run_id(runbook.name, host.name)
+    journal = journal_module.Journal(cli_host._journal_folder() / f"{run_id}.jsonl")
+    try:
+        journal.write(
+            "run-start",
+            run=run_id,
+            runbook=runbook.name,
+            runbook_path=runbook.path,
+            runbook_sha256=runbook.sha256,
+            parameters=cli_host._secret_free(runbook, params),
+            operator=getpass.getuser(),
+            host=host.name,
+            tool_version=__version__,
+            dry_run=args.dry_run,
+        )
+        journal.write(
+            "run-end",
+            ok=False,
+            outcome="interrupted",
+            interrupted=True,
+            not_started=True,
+            signal=name,
+        )
+    finally:
+        journal.close()
+    return journal.path
 
 
 def _ask_batch(
@@ -454,17 +761,26 @@ def _run_one(
     host: FleetHost,
     messages: _Messages,
     approved: bool,
+    stop: HostStop,
 ) -> HostOutcome:
-    from runbook_runner.journal import JournalError
+    """One host's run: journal, lock, run, release, outcome, as ``runbook run`` on one host
+    (cli/host.py) does it, with the fleet's stop in place of the signal handler."""
+    from runbook_runner.cli.outcomes import run_code
     from runbook_runner.journal.recording import Recorder
     from runbook_runner.runner import Runner
     from runbook_runner.ssh.hostlock import HostLock, HostLocked, LockUnavailable
 
     started = time.monotonic()
+    if stop.stop.stopped:
+        return _not_started_outcome(host, stop.stop, (args, runbook, params))
     refusals: list[str] = []
+    reboot_blocked: list[bool] = []
     journal_path = ""
+    report: RunReport | None = None
     try:
-        with _connect(args, host, messages) as transport:
+        with _connect(args, host, messages, stop) as transport:
+            if stop.stop.stopped:  # connected after the stop: nothing runs here
+                return _not_started_outcome(host, stop.stop, (args, runbook, params))
             journal, run_id = cli_host._open_journal(
                 argparse.Namespace(**{**vars(args), "journal": None}),
                 runbook,
@@ -493,6 +809,7 @@ def _run_one(
                 if step.reboots:
                     answer = bool(args.allow_reboot)
                     if not answer:
+                        reboot_blocked.append(True)
                         refusals.append(f"step {step.id!r} reboots the host: needs --allow-reboot")
                 else:
                     answer = approved
@@ -511,44 +828,61 @@ def _run_one(
                 transport,
                 on_event=on_event,
                 confirm=confirm,
+                sleep=stop.sleep,
                 allow_node_wide=getattr(args, "allow_node_wide", False),
             )
             lock = None
-            if runbook.destructive and not args.dry_run:
-                lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
-                try:
-                    lock.acquire(break_stale=args.break_lock)
-                except (HostLocked, LockUnavailable):
-                    journal.write("run-end", ok=False, locked=True, outcome="error")
-                    journal.close()
-                    raise
-                journal.write("lock", held=True)
-            report = None
+            outcome = "interrupted"
+            extra: dict[str, Any] = {}
             try:
+                if runbook.destructive and not args.dry_run:
+                    lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
+                    previous = lock.acquire(break_stale=args.break_lock)
+                    took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
+                    journal.write("lock", held=True, **took)
                 report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
+                outcome = "declined" if report.declined else "finished"
+            except Interrupted as interrupt:
+                extra = {
+                    "signal": signal.Signals(interrupt.signum).name,
+                    "ended_on_host": (
+                        f"process group {interrupt.ended_on_host}"
+                        if interrupt.ended_on_host
+                        else None
+                    ),
+                }
+                raise
+            except BaseException as error:
+                outcome, extra = "error", {"error": str(error) or type(error).__name__}
+                if isinstance(error, HostLocked | LockUnavailable):
+                    extra["locked"] = True
+                raise
             finally:
+                # Cleanup never hides why the run stopped: its own failures are recorded.
                 if lock is not None:
-                    lock.release()
+                    try:
+                        lock.release()
+                    except (TransportError, KeyboardInterrupt) as error:
+                        extra["lock_release_failed"] = str(error)
                 journal.write(
                     "run-end",
                     ok=report is not None and report.ok,
+                    outcome=outcome,
                     reached_by=report.reached_by if report is not None else None,
                     declined=report.declined if report is not None else None,
-                    interrupted=report is None,
+                    interrupted=outcome == "interrupted",
                     blocked=(
                         report.blocked.message
                         if report is not None and report.blocked is not None
                         else None
                     ),
-                    outcome=(
-                        "interrupted"
-                        if report is None
-                        else "declined"
-                        if report.declined
-                        else "finished"
-                    ),
+                    **extra,
                 )
                 journal.close()
+    except Interrupted as interrupt:
+        if not journal_path:  # stopped while connecting: its run never began
+            return _not_started_outcome(host, stop.stop, (args, runbook, params))
+        return _interrupted_outcome(host, interrupt, started, {"journal": journal_path})
     except (HostLocked, LockUnavailable) as error:
         return HostOutcome(
             host.name,
@@ -558,19 +892,11 @@ def _run_one(
             time.monotonic() - started,
             {"ok": False, "error": str(error), "journal": journal_path},
         )
-    except JournalError as error:
-        return HostOutcome(
-            host.name,
-            summary.ERROR,
-            ExitCode.JOURNAL,
-            f"journal — {error}",
-            time.monotonic() - started,
-            {"ok": False, "error": str(error)},
-        )
     except TransportError as error:
         return _transport_outcome(args, host, error, started)
     except Exception as error:  # one host's surprise must not end the rollout's accounting
-        return _error_outcome(host, error, started)
+        return _error_outcome(host, error, started, {"journal": journal_path or None})
+    assert report is not None
     record: dict[str, Any] = {
         "ok": report.ok,
         "reached_by": report.reached_by,
@@ -581,32 +907,27 @@ def _run_one(
         "steps": [r.to_json() for r in report.steps],
     }
     elapsed = time.monotonic() - started
+    code = run_code(report, dry_run=args.dry_run, reboot_blocked=bool(reboot_blocked))
+    kind = summary.KIND_OF_CODE[code]
     if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
+        line = f"stopped: cannot tell — before {report.blocked.id}"
         return HostOutcome(
-            host.name,
-            summary.FAILING,
-            ExitCode.CANNOT_TELL,
-            f"stopped: cannot tell — before {report.blocked.id}",
-            elapsed,
-            {**record, "blocked": report.blocked.message},
+            host.name, kind, code, line, elapsed, {**record, "blocked": report.blocked.message}
         )
     if report.declined:
-        blocked = any("reboots" in r for r in refusals)
         reason = refusals[0] if refusals else "declined"
-        code = ExitCode.GOAL_NOT_MET if blocked else ExitCode.DECLINED
         return HostOutcome(
             host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
         )
     if args.dry_run:
-        return HostOutcome(host.name, summary.OK, ExitCode.OK, "planned (dry run)", elapsed, record)
+        return HostOutcome(host.name, kind, code, "planned (dry run)", elapsed, record)
     if report.ok:
         how = f"reached by {report.reached_by}" if report.reached_by else "held already"
-        return HostOutcome(host.name, summary.OK, ExitCode.OK, f"ok — goal {how}", elapsed, record)
+        return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
     stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
     line = "goal NOT reached"
     if stopped:
-        line += f" — step {stopped[-1].id} {stopped[-1].status}"
-    failing = _failing(report.after.results if report.after else ())
-    if failing:
-        line += "; " + summary.failing_line(failing)
-    return HostOutcome(host.name, summary.FAILING, ExitCode.GOAL_NOT_MET, line, elapsed, record)
+        line += f" — step {stopped[-1].id} {stopped[-1].status.replace('_', ' ')}"
+    if report.failing:
+        line += "; " + _checks_line(report.failing)
+    return HostOutcome(host.name, kind, code, line, elapsed, record)

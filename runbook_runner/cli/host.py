@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook_runner import __version__
 from runbook_runner import journal as journal_module
-from runbook_runner.cli import console, render
+from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import (
     Interrupted,
@@ -92,6 +92,7 @@ def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from runbook_runner.runner import Runner
 
+    began = time.monotonic()
     out = console.Output(args.json)
     runbook, params, connected = _load_and_connect(args, out)
     with connected as transport:
@@ -115,10 +116,26 @@ def cmd_check(args: argparse.Namespace) -> int:
             "checks": [check_json(r, runbook) for r in observed.results],
         }
         print(json.dumps(document, indent=2))
-    if ok:
-        return ExitCode.OK
-    failing = any(not r.ok and not r.cannot_tell for r in observed.results)
-    return ExitCode.GOAL_NOT_MET if failing else ExitCode.CANNOT_TELL
+    code = outcomes.check_code(observed.results)
+    if getattr(args, "prometheus", None):
+        from runbook_runner.cli import metrics
+        from runbook_runner.fleet.summary import KIND_OF_CODE
+
+        checks = [r.to_json() for r in observed.results]
+        result = metrics.host_result(
+            _metrics_host(args, transport),
+            KIND_OF_CODE[code],
+            int(code),
+            time.monotonic() - began,
+            checks,
+        )
+        metrics.write(args.prometheus, runbook.name, [result], "runbook check")
+    return code
+
+
+def _metrics_host(args: argparse.Namespace, transport: Any) -> str:
+    """The host label of one host's metrics: as given to --host (without USER@)."""
+    return str(args.host or transport.target.host).rsplit("@", 1)[-1]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -140,6 +157,17 @@ def execute_run(
     try:
         runbook, params = _load_with_params(args)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if (
+            getattr(args, "local", False)
+            and runbook.destructive
+            and not args.dry_run
+            and not getattr(args, "allow_local_changes", False)
+        ):
+            raise UsageError(
+                f"{runbook.name} changes the host (destructive steps): with --local it runs "
+                "only with --allow-local-changes (or --dry-run)",
+                "runbook run",
+            )
         if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
             raise UsageError(
                 f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
@@ -247,16 +275,7 @@ def execute_run(
 
 
 def _exit_code(args: argparse.Namespace, report: RunReport, confirmer: console.Confirmer) -> int:
-    if report.blocked is not None:
-        code = ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
-    elif report.declined:
-        # A reboot that was not allowed leaves the goal unmet (1); an operator's "no" is 4.
-        code = ExitCode.GOAL_NOT_MET if confirmer.reboot_blocked else ExitCode.DECLINED
-    elif args.dry_run:
-        code = ExitCode.OK
-    else:
-        code = ExitCode.OK if report.ok else ExitCode.GOAL_NOT_MET
-    return code
+    return outcomes.run_code(report, dry_run=args.dry_run, reboot_blocked=confirmer.reboot_blocked)
 
 
 @contextlib.contextmanager

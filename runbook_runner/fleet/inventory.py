@@ -29,6 +29,10 @@ ALIASES = {
 }
 
 
+MAX_HOSTS = 100_000  # the default of --max-hosts
+MAX_GROUP_DEPTH = 64  # groups nested in groups (children); Ansible has no limit, a stack has
+
+
 class InventoryError(RunbookRunnerError):
     """The inventory file cannot be read; the message names the file and line."""
 
@@ -59,59 +63,90 @@ class _Builder:
     """Groups, their children and variables as read; folded into an Inventory at the end."""
 
     source: str
+    max_hosts: int = MAX_HOSTS
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
-    members: dict[str, list[str]] = field(default_factory=dict)  # group -> direct hosts
+    members: dict[str, dict[str, None]] = field(default_factory=dict)  # group -> direct hosts
     children: dict[str, list[str]] = field(default_factory=dict)
     group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def group(self, name: str) -> None:
-        self.members.setdefault(name, [])
+        self.members.setdefault(name, {})
         self.children.setdefault(name, [])
         self.group_vars.setdefault(name, {})
 
+    @property
+    def room(self) -> int:
+        """How many more hosts may be added before --max-hosts is passed."""
+        return self.max_hosts - len(self.hosts)
+
     def add_host(self, group: str, name: str, variables: Mapping[str, Any]) -> None:
+        if name not in self.hosts and self.room <= 0:
+            raise InventoryError(
+                f"{self.source}: more than {self.max_hosts:,} hosts (--max-hosts): split the "
+                "inventory, or raise --max-hosts"
+            )
         self.group(group)
         self.hosts.setdefault(name, {}).update(variables)
-        if name not in self.members[group]:
-            self.members[group].append(name)
+        self.members[group][name] = None
 
     def build(self) -> Inventory:
         self.group("all")
+        has_parent = {child for kids in self.children.values() for child in kids}
         for name in list(self.members):
-            if name != "all" and not self._has_parent(name):
+            if name != "all" and name not in has_parent:
                 self.children["all"].append(name)
+        closure = self._closure()  # first: it refuses a chain of groups too deep or a cycle
         depth = self._depths()
-        closure: dict[str, set[str]] = {}
-
-        def hosts_of(group: str, seen: frozenset[str] = frozenset()) -> set[str]:
-            if group in closure:
-                return closure[group]
-            if group in seen:
-                raise InventoryError(f"{self.source}: group {group!r} is its own child")
-            found = set(self.members.get(group, []))
-            for child in self.children.get(group, []):
-                found |= hosts_of(child, seen | {group})
-            closure[group] = found
-            return found
-
-        groups = {name: frozenset(hosts_of(name)) for name in self.members}
+        groups = {name: frozenset(closure[name]) for name in self.members}
         groups["all"] = frozenset(self.hosts)
-        ungrouped = [
-            h
-            for h in self.hosts
-            if not any(h in g for n, g in groups.items() if n != "all" and n != "ungrouped")
-        ]
-        groups["ungrouped"] = frozenset(ungrouped)
+        member_of: dict[str, list[str]] = {}  # host -> its groups but all and ungrouped
+        for group, members in groups.items():
+            if group not in {"all", "ungrouped"}:
+                for host in members:
+                    member_of.setdefault(host, []).append(group)
+        groups["ungrouped"] = frozenset(h for h in self.hosts if h not in member_of)
         hosts: dict[str, HostVars] = {}
         for name, own in self.hosts.items():
             merged: dict[str, Any] = {}
-            for group in sorted(
-                (g for g in groups if name in groups[g]), key=lambda g: (depth.get(g, 0), g)
-            ):
+            in_groups = {*member_of.get(name, ()), "all"}
+            if name not in member_of:
+                in_groups.add("ungrouped")
+            for group in sorted(in_groups, key=lambda g: (depth.get(g, 0), g)):
                 merged.update(self.group_vars.get(group, {}))
             merged.update(own)
             hosts[name] = _host_vars(name, merged, self.source)
         return Inventory(hosts, groups, self.source)
+
+    def _closure(self) -> dict[str, set[str]]:
+        """Each group's hosts, its children's folded in; without recursion (an inventory may
+        chain groups 100,000 deep), a chain deeper than MAX_GROUP_DEPTH or a cycle refused."""
+        closure: dict[str, set[str]] = {}
+        for root in self.members:
+            if root in closure:
+                continue
+            stack = [(root, iter(self.children.get(root, [])))]
+            on_path = {root}
+            while stack:
+                group, kids = stack[-1]
+                child = next(kids, None)
+                if child is None:
+                    found = set(self.members.get(group, []))
+                    for kid in self.children.get(group, []):
+                        found |= closure[kid]
+                    closure[group] = found
+                    stack.pop()
+                    on_path.discard(group)
+                elif child in on_path:
+                    raise InventoryError(f"{self.source}: group {child!r} is its own child")
+                elif child not in closure:
+                    if len(stack) >= MAX_GROUP_DEPTH:
+                        raise InventoryError(
+                            f"{self.source}: groups nested more than {MAX_GROUP_DEPTH} levels "
+                            f"deep (at {child[:60]!r})"
+                        )
+                    stack.append((child, iter(self.children.get(child, []))))
+                    on_path.add(child)
+        return closure
 
     def _has_parent(self, name: str) -> bool:
         return any(name in kids for kids in self.children.values())
@@ -157,31 +192,57 @@ def _host_vars(name: str, variables: Mapping[str, Any], source: str) -> HostVars
 _RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
 
 
-def expand_host_pattern(pattern: str, where: str) -> list[str]:
-    """``gpu[01:04]`` -> gpu01..gpu04, as Ansible expands inventory host ranges."""
-    match = _RANGE.search(pattern)
-    if match is None:
-        return [pattern]
+def _range_values(match: re.Match[str], where: str) -> range:
+    """The values of one ``[01:04]`` / ``[a:f]`` / ``[1:9:2]`` range, not yet made names."""
     start, end, stride = match.group(1), match.group(2), int(match.group(3) or 1)
-    head, tail = pattern[: match.start()], pattern[match.end() :]
+    if stride < 1:
+        raise InventoryError(f"{where}: host range {match.group()!r} has a step below 1")
     if start.isdigit() and end.isdigit():
-        width = len(start) if start.startswith("0") and len(start) > 1 else 0
-        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, stride)]
+        values = range(int(start), int(end) + 1, stride)
     elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
-        values = [chr(c) for c in range(ord(start), ord(end) + 1, stride)]
+        values = range(ord(start), ord(end) + 1, stride)
     else:
         raise InventoryError(
             f"{where}: host range {match.group()!r} is neither numeric nor one letter to one letter"
         )
     if not values:
         raise InventoryError(f"{where}: host range {match.group()!r} is empty")
-    return [name for value in values for name in expand_host_pattern(head + value + tail, where)]
+    return values
+
+
+def expand_host_pattern(pattern: str, where: str, room: int = MAX_HOSTS) -> list[str]:
+    """``gpu[01:04]`` -> gpu01..gpu04, as Ansible expands inventory host ranges; a pattern
+    naming more than ``room`` hosts is refused, counted before it is expanded."""
+    named = 1
+    for match in _RANGE.finditer(pattern):
+        named *= len(_range_values(match, where))
+    if named > 1 and named > room:  # one name: add_host says it
+        raise InventoryError(
+            f"{where}: host range {pattern[:80]!r} names {named:,} hosts, more than the "
+            f"{room:,} left under --max-hosts: split the inventory, or raise --max-hosts"
+        )
+    return _expand(pattern, where)
+
+
+def _expand(pattern: str, where: str) -> list[str]:
+    match = _RANGE.search(pattern)
+    if match is None:
+        return [pattern]
+    start = match.group(1)
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    numbers = _range_values(match, where)
+    if start.isdigit():
+        width = len(start) if start.startswith("0") and len(start) > 1 else 0
+        values = [str(i).zfill(width) for i in numbers]
+    else:
+        values = [chr(c) for c in numbers]
+    return [name for value in values for name in _expand(head + value + tail, where)]
 
 
 # -- YAML ---------------------------------------------------------------------------------------
 
 
-def parse_yaml(text: str, source: str) -> Inventory:
+def parse_yaml(text: str, source: str, max_hosts: int = MAX_HOSTS) -> Inventory:
     import yaml
 
     from runbook_runner.format.yamlsource import DocumentError, load_data
@@ -201,7 +262,7 @@ def parse_yaml(text: str, source: str) -> Inventory:
                 f"{where}: not valid YAML ({getattr(error, 'problem', None) or error})"
             ) from None
         raise InventoryError(str(problem)) from None
-    builder = _Builder(source)
+    builder = _Builder(source, max_hosts)
     if document is None:
         return builder.build()
     if not isinstance(document, dict):
@@ -227,7 +288,7 @@ def _yaml_group(builder: _Builder, name: str, body: Any) -> None:
     for pattern, variables in hosts.items():
         if variables is not None and not isinstance(variables, dict):
             raise InventoryError(f"{where}: host {pattern}: variables are a mapping")
-        for host in expand_host_pattern(str(pattern), where):
+        for host in expand_host_pattern(str(pattern), where, builder.room):
             builder.add_host(name, host, variables or {})
     group_vars = body.get("vars") or {}
     if not isinstance(group_vars, dict):
@@ -261,8 +322,8 @@ def _key_values(tokens: list[str], where: str) -> dict[str, Any]:
     return values
 
 
-def parse_ini(text: str, source: str) -> Inventory:
-    builder = _Builder(source)
+def parse_ini(text: str, source: str, max_hosts: int = MAX_HOSTS) -> Inventory:
+    builder = _Builder(source, max_hosts)
     section, kind = "ungrouped", "hosts"
     for number, raw in enumerate(text.splitlines(), 1):
         where = f"{source}:{number}"
@@ -284,7 +345,7 @@ def parse_ini(text: str, source: str) -> Inventory:
             continue
         if kind == "hosts":
             variables = _key_values(tokens[1:], where)
-            for host in expand_host_pattern(tokens[0], where):
+            for host in expand_host_pattern(tokens[0], where, builder.room):
                 builder.add_host(section, host, variables)
         elif kind == "vars":
             builder.group_vars[section].update(_key_values(tokens, where))
@@ -297,7 +358,7 @@ def parse_ini(text: str, source: str) -> Inventory:
     return builder.build()
 
 
-def parse(text: str, source: str) -> Inventory:
+def parse(text: str, source: str, max_hosts: int = MAX_HOSTS) -> Inventory:
     """YAML when the file says so (.yml/.yaml, or a first line that reads like YAML), else INI."""
     first = next(
         (
@@ -312,5 +373,5 @@ def parse(text: str, source: str) -> Inventory:
         or first == "---"
         or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first)
     ):
-        return parse_yaml(text, source)
-    return parse_ini(text, source)
+        return parse_yaml(text, source, max_hosts)
+    return parse_ini(text, source, max_hosts)

@@ -34,6 +34,10 @@ class FleetHost:
     identity: str | None = None
 
 
+MAX_HOSTS = 100_000  # the default of --max-hosts
+LIMIT_REGEX_S = 2.0  # all of one --limit ~regex's searches together; each gives up sooner
+LIMIT_REGEX_EACH_S = 0.25  # as the runbook's own matches() (format/expr.py)
+
 _USER = re.compile(r"^([^@\[\],!&^]+)@(.+)$")
 _GROUP = re.compile(r"@([\w.:-]+)")
 
@@ -49,9 +53,66 @@ def _resolver(inventory: Inventory | None) -> Any:
     return GroupResolver(GroupSource("inventory", groups))
 
 
-def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, list[str]]:
+def _top_level_terms(text: str) -> list[tuple[str, str]]:
+    """A node-set expression's (operator, term) pairs: split at ``,``, ``!``, ``&`` and ``^``
+    outside brackets; the first term's operator is ``,``."""
+    terms, depth, start, operator = [], 0, 0, ","
+    for index, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(0, depth - 1)
+        elif depth == 0 and char in ",!&^":
+            terms.append((operator, text[start:index].strip()))
+            start, operator = index + 1, char
+    terms.append((operator, text[start:].strip()))
+    return [(op, term) for op, term in terms if term]
+
+
+def _range_size(body: str) -> int:
+    """How many values ``1-100,200-300/2`` names; a piece that does not read counts 1
+    (ClusterShell says what is wrong with it)."""
+    total = 0
+    for piece in body.split(","):
+        bounds, _, step_text = piece.strip().partition("/")
+        first, dash, last = bounds.partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+            step = int(step_text) if step_text else 1
+        except ValueError:
+            total += 1
+            continue
+        total += (high - low) // step + 1 if high >= low and step > 0 else 1
+    return total
+
+
+def count(text: str, inventory: Inventory | None = None) -> int:
+    """The most hosts a node set names, counted from its text without expanding it (which
+    ClusterShell does, one Python object per host): each term's bracket ranges multiplied,
+    the terms joined by ``,`` or ``^`` added (those after ``!`` or ``&`` only take hosts away:
+    an upper bound); ``@group``: its size in the inventory."""
+    total = 0
+    for operator, term in _top_level_terms(text):
+        if operator in "!&":
+            continue
+        if term.startswith("@"):
+            name = term[1:]
+            total += len(inventory.groups.get(name, ())) if inventory is not None else 0
+            continue
+        size = 1
+        for body in re.findall(r"\[([^\[\]]*)\]", term):
+            size *= _range_size(body)
+        total += size
+    return total
+
+
+def expand(
+    spec: str, inventory: Inventory | None = None, max_hosts: int = MAX_HOSTS
+) -> tuple[str | None, list[str]]:
     """``user@gpu[1-4]`` -> ("user", [gpu1, ..., gpu4]); ``@group`` from the inventory or
-    ClusterShell's groups configuration. Node-set operators (``!``, ``&``, ``^``) work."""
+    ClusterShell's groups configuration. Node-set operators (``!``, ``&``, ``^``) work.
+    A node set naming more than ``max_hosts`` is refused before it is expanded."""
     from ClusterShell.NodeSet import NodeSet, NodeSetException
     from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
 
@@ -63,6 +124,12 @@ def expand(spec: str, inventory: Inventory | None = None) -> tuple[str | None, l
         user, text = match.group(1), match.group(2)
     if not text:
         raise SelectionError(f"--hosts {spec!r}: no hosts named")
+    named = count(text, inventory)
+    if named > max_hosts:
+        raise SelectionError(
+            f"--hosts {_short(spec)}: names up to {named:,} hosts, more than --max-hosts "
+            f"{max_hosts:,}; split the fleet, or raise --max-hosts"
+        )
     resolver = _resolver(inventory)
     for group in _GROUP.findall(text):
         try:
@@ -102,17 +169,47 @@ def _term_hosts(term: str, universe: Sequence[str], inventory: Inventory | None)
     if inventory is not None and term in inventory.groups:
         return set(inventory.groups[term]) & set(universe)
     if term.startswith("~"):
-        try:
-            regex = re.compile(term[1:])
-        except re.error as error:
-            raise SelectionError(f"--limit {term!r}: {error}") from None
-        return {h for h in universe if regex.search(h)}
+        return _regex_hosts(term, universe)
     found = {h for h in universe if fnmatch.fnmatchcase(h, term)}
     if inventory is not None:
         for group, members in inventory.groups.items():
             if fnmatch.fnmatchcase(group, term) and any(c in term for c in "*?["):
                 found |= set(members) & set(universe)
     return found
+
+
+def _regex_hosts(term: str, universe: Sequence[str]) -> set[str]:
+    """``~regex``: searched in each name with a timeout, as the runbook's own matches() is
+    (Python's ``re`` cannot be stopped: ``(a|aa)+$`` on a long name backtracks for minutes)."""
+    import time
+
+    import regex
+
+    try:
+        pattern = regex.compile(term[1:])
+    except (regex.error, re.error) as error:
+        raise SelectionError(f"--limit {_short(term)}: not a regular expression: {error}") from None
+    deadline = time.monotonic() + LIMIT_REGEX_S
+    found = set()
+    for host in universe:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            if pattern.search(host, timeout=min(LIMIT_REGEX_EACH_S, left)) is not None:
+                found.add(host)
+        except TimeoutError:
+            raise SelectionError(
+                f"--limit {_short(term)}: the regular expression takes too long (over "
+                f"{LIMIT_REGEX_EACH_S:g}s on {host[:40]!r}, or {LIMIT_REGEX_S:g}s on "
+                f"{len(universe):,} hosts): avoid nested repeats like (a+)+"
+            ) from None
+    return found
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A user's pattern quoted in an error, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def limit(names: Sequence[str], pattern: str, inventory: Inventory | None = None) -> list[str]:
@@ -140,6 +237,7 @@ def select(
     specs: Sequence[str],
     inventory: Inventory | None = None,
     limit_pattern: str | None = None,
+    max_hosts: int = MAX_HOSTS,
 ) -> list[FleetHost]:
     """The hosts named by ``--host``/``--hosts`` (all of the inventory when none), narrowed by
     ``--limit``, each once, in node-set order, with what the inventory says about reaching it."""
@@ -150,10 +248,15 @@ def select(
         for name in inventory.hosts:
             chosen.setdefault(name, None)
     for spec in specs:
-        user, names = expand(spec, inventory)
+        user, names = expand(spec, inventory, max_hosts)
         for name in names:
             if chosen.get(name) is None:
                 chosen[name] = user
+        if len(chosen) > max_hosts:
+            raise SelectionError(
+                f"--hosts: {len(chosen):,} hosts, more than --max-hosts {max_hosts:,}; "
+                "split the fleet, or raise --max-hosts"
+            )
     names = _ordered(list(chosen))
     if limit_pattern is not None:
         names = limit(names, limit_pattern, inventory)

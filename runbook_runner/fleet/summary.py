@@ -22,6 +22,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.GOAL_NOT_MET,
     ExitCode.TIMED_OUT,
     ExitCode.CANNOT_TELL,
+    ExitCode.BAD_INPUT,  # this host's own settings (its key file): it could not be tried
     ExitCode.HOST_UNREACHABLE,
     ExitCode.LOCKED,
     ExitCode.JOURNAL,
@@ -30,17 +31,53 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.INTERRUPTED,
 )
 
-# Outcome kinds, as the summary and the JSON records name them.
+# Outcome kinds, as the summary and the JSON records name them: those of one host's exit codes
+# (cli/outcomes.py decides the code), plus "refused" (exit 3 too) and "not started".
 OK = "ok"
-FAILING = "failing"  # reached; a check of the goal fails (or cannot be told)
+FAILING = "failing"  # reached; a check of the goal fails
+CANNOT_TELL = "cannot tell"  # reached; no check fails, but one (or a step's trigger) cannot be told
 UNREACHABLE = "unreachable"  # connection refused, timed out, DNS, no SSH server
 REFUSED = "refused"  # authentication or host key refused
-NOT_STARTED = "not started"  # a rollout stopped before this host (--max-fail, a "no")
+NOT_STARTED = "not started"  # a rollout stopped before this host (--max-fail, a "no", a signal)
 DECLINED = "declined"
 LOCKED = "locked"
-ERROR = "error"
+INTERRUPTED = "interrupted"  # a signal ended the run on this host (the command ended there)
+TIMED_OUT = "timed out"  # a step's command ran out of time and the goal was not reached
+JOURNAL = "journal error"
+BAD_INPUT = "bad input"  # this host's own settings (a key file that cannot be read, ...)
+ERROR = "internal error"  # a bug in runbook-runner (exit 70)
 
-PROGRESS_KINDS = (FAILING, UNREACHABLE, REFUSED, DECLINED, LOCKED, ERROR, NOT_STARTED)
+PROGRESS_KINDS = (
+    FAILING,
+    CANNOT_TELL,
+    TIMED_OUT,
+    UNREACHABLE,
+    REFUSED,
+    DECLINED,
+    LOCKED,
+    JOURNAL,
+    BAD_INPUT,
+    ERROR,
+    INTERRUPTED,
+    NOT_STARTED,
+)
+
+# The kind of an outcome decided by its exit code alone.
+KIND_OF_CODE: dict[ExitCode, str] = {
+    ExitCode.OK: OK,
+    ExitCode.GOAL_NOT_MET: FAILING,
+    ExitCode.BAD_INPUT: BAD_INPUT,
+    ExitCode.HOST_UNREACHABLE: UNREACHABLE,
+    ExitCode.DECLINED: DECLINED,
+    ExitCode.LOCKED: LOCKED,
+    ExitCode.CANNOT_TELL: CANNOT_TELL,
+    ExitCode.JOURNAL: JOURNAL,
+    ExitCode.TIMED_OUT: TIMED_OUT,
+    ExitCode.INTERNAL: ERROR,
+    ExitCode.INTERRUPTED: INTERRUPTED,
+}
+
+LINE_LIMIT = 160  # a summary line's reason; the whole of it is in --json
 
 
 @dataclass(frozen=True)
@@ -81,7 +118,33 @@ def printable(text: str) -> str:
 
 def failing_line(failing: Sequence[tuple[str, str]]) -> str:
     """``gpu-memory-released failing — GPU 3: memory.used 81,920 MiB ...`` for each failing check."""
-    return "; ".join(f"{name} failing — {message}" for name, message in failing)
+    return checks_line([(name, message, False) for name, message in failing])
+
+
+def checks_line(results: Sequence[tuple[str, str, bool]]) -> str:
+    """The checks that do not hold, as (name, message, cannot_tell), in one line: those that
+    fail first, then those that cannot be told; checks with the same message share it
+    (``7 checks cannot tell (a, b, c, ...) — nvidia-smi: Field ... is not valid``)."""
+    parts: list[str] = []
+    for cannot in (False, True):
+        by_message: dict[str, list[str]] = {}
+        for name, message, cannot_tell in results:
+            if cannot_tell == cannot:
+                by_message.setdefault(message, []).append(name)
+        status = "cannot tell" if cannot else "failing"
+        for message, names in by_message.items():
+            if len(names) == 1:
+                who = names[0]
+            else:
+                shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+                who = f"{len(names)} checks ({shown})"
+            parts.append(f"{who} {status} — {message}")
+    return "; ".join(parts)
+
+
+def shorten(text: str, limit: int = LINE_LIMIT) -> str:
+    """A reason cut to ``limit`` characters for the summary (``...`` marks the cut)."""
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def without_label(message: str, *labels: str) -> str:
@@ -111,13 +174,14 @@ def counts_by_kind(outcomes: Sequence[HostOutcome]) -> dict[str, int]:
 def grouped(
     outcomes: Sequence[HostOutcome], fold: Callable[[Iterable[str]], str]
 ) -> list[tuple[str, ExitCode, str]]:
-    """(folded hosts, code, line) for each distinct outcome: OK first, the worst last."""
+    """(folded hosts, code, line) for each distinct outcome and reason: OK first, the worst
+    last; the line shortened to LINE_LIMIT (a record's ``summary`` in --json has all of it)."""
     groups: dict[tuple[ExitCode, str], list[str]] = {}
     for outcome in outcomes:
         groups.setdefault((outcome.code, outcome.line), []).append(outcome.host)
     rank = {code: index for index, code in enumerate(SEVERITY)}
     keys = sorted(groups, key=lambda k: (rank.get(k[0], len(SEVERITY)), -len(groups[k]), k[1]))
-    return [(fold(groups[key]), key[0], key[1]) for key in keys]
+    return [(fold(groups[key]), key[0], shorten(key[1])) for key in keys]
 
 
 def totals(outcomes: Sequence[HostOutcome]) -> str:

@@ -179,8 +179,10 @@ def resolve_target(
     _check_host_word(host)
     if port is not None and not 0 < port < 65536:
         raise SshSetupError(f"--port {port}: not a TCP port", "give a port from 1 to 65535")
-    if ssh_config is not None and not ssh_config.is_file():
-        raise SshSetupError(f"{ssh_config}: no such file", "give an existing file to --ssh-config")
+    # Any file ssh -F reads: /dev/null too (no configuration at all), not a folder.
+    if ssh_config is not None and (not ssh_config.exists() or ssh_config.is_dir()):
+        what = "a folder" if ssh_config.is_dir() else "no such file"
+        raise SshSetupError(f"{ssh_config}: {what}", "give an existing file to --ssh-config")
     for option in options:
         option_pair(option)
     if jump is not None:

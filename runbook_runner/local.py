@@ -1,0 +1,195 @@
+"""``--local``: a runbook's commands run on this machine, not over SSH.
+
+The same runner, parsers, checks and journal as over SSH; only the transport differs: each
+command runs under ``/bin/sh -c`` in a session (and so a process group) of its own, with no
+stdin, its output kept as :class:`~runbook_runner.transport.CommandResult` keeps it, and the
+whole group ended on a timeout or a signal, as the SSH transport ends it on the host. This is
+what Slurm's HealthCheckProgram, a Kubernetes DaemonSet or node-problem-detector runs on
+every node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from runbook_runner.errors import Interrupted
+from runbook_runner.format.template import quote
+from runbook_runner.transport import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
+
+SHELL = "/bin/sh"
+KILL_GRACE_S = 0.5  # after TERM to the command's group, then KILL
+
+
+@dataclass(frozen=True)
+class LocalTarget:
+    """This machine, named as the journal and the JSON name a host."""
+
+    host: str
+    label: str
+
+
+def _pump(stream: IO[bytes], buffer: TailBuffer) -> None:
+    for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
+        buffer.add(chunk)
+
+
+class _Holder:
+    """A held command (the host lock's flock holder): closing it ends the holder."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _end_group(self.process)
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """TERM to the command's whole process group, a short grace, then KILL."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+class LocalTransport:
+    """Commands on this machine, shaped as :class:`~runbook_runner.transport.SshTransport`'s."""
+
+    def __init__(self) -> None:
+        name = socket.gethostname()
+        self.target = LocalTarget(name, name)
+        self.login_user: str | None = getpass.getuser()
+        self.host_key = None
+        self.is_root = os.geteuid() == 0
+        self.after_reconnect: list[Callable[[], None]] = []
+        self.interrupt_check: Callable[[], None] = lambda: None
+
+    def _start(self, command: str, stdin: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [SHELL, "-c", command.encode("utf-8", "surrogateescape")],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: ended whole, as over SSH
+        )
+
+    def run(
+        self,
+        command: str,
+        timeout: float,
+        *,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        as_root: bool = False,
+    ) -> CommandResult:
+        if as_root and not self.is_root:
+            command = f"sudo -n sh -c {quote(command)}"
+        started = time.monotonic()
+        out, err = TailBuffer(output_limit), TailBuffer(output_limit)
+        process = self._start(command, subprocess.DEVNULL)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        readers = [
+            threading.Thread(target=_pump, args=(process.stdout, out), daemon=True),
+            threading.Thread(target=_pump, args=(process.stderr, err), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        timed_out = False
+        try:
+            deadline = started + timeout
+            while True:
+                self.interrupt_check()
+                try:
+                    process.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        _end_group(process)
+                        break
+        except KeyboardInterrupt as interrupt:
+            _end_group(process)
+            if isinstance(interrupt, Interrupted):
+                interrupt.ended_on_host = str(process.pid)
+            raise
+        for reader in readers:
+            reader.join(timeout=1.0)  # a background child holding the pipes is left behind
+        return CommandResult(
+            command=command,
+            exit_status=None if timed_out else process.returncode,
+            stdout=out.bytes().decode("utf-8", "replace"),
+            stderr=err.bytes().decode("utf-8", "replace"),
+            duration_s=time.monotonic() - started,
+            timed_out=timed_out,
+            stdout_size=out.size,
+            stderr_size=err.size,
+        )
+
+    def hold(self, command: str, ready: str, timeout: float) -> Held:
+        """As SshTransport.hold: a command whose stdin stays open until it is closed."""
+        process = self._start(command, subprocess.PIPE)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        err = TailBuffer(65536)
+        reader = threading.Thread(target=_pump, args=(process.stderr, err), daemon=True)
+        reader.start()
+        marker = ready.encode() + b"\n"
+        deadline = time.monotonic() + timeout
+        text = b""
+        while marker not in text:
+            line = process.stdout.readline()  # the holder prints lines, then the ready one
+            if not line or time.monotonic() > deadline:
+                status = process.wait() if not line else None
+                if line:
+                    _end_group(process)
+                return Held(status, text.decode("utf-8", "replace"), err.bytes().decode())
+            text += line
+        before = text[: text.index(marker)].decode("utf-8", "replace")
+        return Held(None, before, err.bytes().decode("utf-8", "replace"), _Holder(process))  # type: ignore[arg-type]
+
+    def alive(self) -> bool:
+        return True
+
+    def reconnect(self) -> LocalTransport:
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> LocalTransport:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class LocalConnecting:
+    """What cli/connecting.py's Connecting is to SSH: here nothing to wait for."""
+
+    def __init__(self) -> None:
+        self.transport = LocalTransport()
+
+    def result(self, say: Callable[[str], None]) -> Any:
+        return self.transport
+
+    def abandon(self) -> None:
+        self.transport.close()
