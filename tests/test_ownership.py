@@ -644,3 +644,19 @@ def test_another_users_server_of_the_same_kind_is_theirs_not_ours():
         SUBJECT, "process", [Pid(4120), Pid(5120), Pid(5101)], tuple(rows.values())
     )
     assert {item.pid for item in allowed.allowed} == {4120}
+
+
+def test_the_real_ps_of_this_machine_parses_and_leaves_out_kernel_threads():
+    """The observation's own command, run by this machine's procps, through the parser."""
+    import os
+    import subprocess
+
+    command = RECOVERY.observations["holders"].command.source
+    listing_ps = command.split("; echo '@@ fuser'")[0]
+    done = subprocess.run(["sh", "-c", listing_ps], capture_output=True, text=True, check=True)
+    records = parse_owners(done.stdout + "@@ fuser\n@@ end\n")
+    pids = {r.pid for r in records}
+    assert os.getpid() in pids  # this test's process, with its tree
+    me = next(r for r in records if r.pid == os.getpid())
+    assert me.ppid == os.getppid()
+    assert all(r.ppid != 2 for r in records)  # no kernel thread

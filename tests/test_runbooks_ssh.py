@@ -64,7 +64,7 @@ def test_the_default_subject_patterns_find_sglang_and_vllm_and_nothing_else():
     assert re.search(workers, "sglang::scheduler_TP3")
     assert re.search(workers, "VLLM::Worker_TP1")
     for ours in (
-        "ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args",
+        "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args",
         "fuser -v /dev/nvidia0",
     ):
         assert not re.search(launcher, ours)

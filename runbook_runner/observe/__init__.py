@@ -159,7 +159,7 @@ PARSERS: dict[str, Parser] = {
         ProcessOwner,
         True,
         _owners,
-        "ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser'; "
+        "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser'; "
         "fuser -v /dev/nvidia* 2>&1; echo '@@ end' (classified by the runbook's subject)",
         "ps and fuser",
     ),

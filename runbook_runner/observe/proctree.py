@@ -1,10 +1,11 @@
 """Parser for the process-owner listing: every process with its place in the process tree
 and its cgroup, then which NVIDIA device files each holds.
 
-    ps -ww -eo pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser';
+    ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser';
     fuser -v /dev/nvidia* 2>&1; echo '@@ end'
 
-The cgroup says who started a process, whatever it renamed itself to: a systemd unit
+``-N --ppid 2`` leaves out the kernel's own threads (children of kthreadd): they hold no
+device file and would only fill the output. The cgroup says who started a process, whatever it renamed itself to: a systemd unit
 (``/system.slice/sglang.service``), a container (``docker-ID.scope``, ``/kubepods/...``,
 ``libpod-ID.scope``), a Slurm job (``/job_1234/``), a login session
 (``/user.slice/user-1000.slice/session-3.scope``). cgroup v1 lists one path per
