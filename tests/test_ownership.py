@@ -660,3 +660,16 @@ def test_the_real_ps_of_this_machine_parses_and_leaves_out_kernel_threads():
     me = next(r for r in records if r.pid == os.getpid())
     assert me.ppid == os.getppid()
     assert all(r.ppid != 2 for r in records)  # no kernel thread
+
+
+def test_show_says_what_the_runbook_may_act_on(capsys):
+    from runbook_runner.cli import main
+
+    assert main(["show", "gpu-oom-recovery"]) == 0
+    out = capsys.readouterr()[0]
+    assert "Acts only on what is its subject's, and broken:" in out
+    assert (
+        "launcher: sglang\\.launch_server|vllm serve|vllm\\.entrypoints  (--set server_pattern=...)"
+        in out
+    )
+    assert "health: GET /health on the launcher's --port" in out

@@ -121,6 +121,24 @@ def runbook_details(runbook: Runbook) -> str:
     out += ["", _wrap(runbook.summary)]
     if runbook.when:
         out += ["", "When to use it:", _wrap(runbook.when)]
+    if runbook.subject is not None:
+        raw = runbook.subject
+        subject = raw.with_parameters({n: p.default for n, p in runbook.parameters.items()})
+        out += ["", f"Acts only on what is its subject's, and broken: {subject.description}"]
+        for label, template, value in (
+            ("launcher", raw.launcher, subject.launcher),
+            ("workers", raw.workers, subject.workers),
+            ("unit", raw.unit, subject.unit),
+        ):
+            if value:
+                given = f"  (--set {template.strip('{} ')}=...)" if "{{" in template else ""
+                out.append(f"  {label}: {value}{given}")
+        if subject.health_path:
+            ports = ", ".join(f"{p} if the command matches {k!r}" for k, p in subject.ports)
+            out.append(
+                f"  health: GET {subject.health_path} on the launcher's --port"
+                + (f" (else {ports})" if ports else "")
+            )
     if runbook.docs:
         out += ["", "Docs pages:"] + [f"  docs/{page}" for page in runbook.docs]
     if runbook.parameters:
