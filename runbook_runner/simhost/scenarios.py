@@ -140,40 +140,56 @@ def healthy_server() -> SimHost:
     return host
 
 
-def _unit_server(name: str, gpus: range, port: int, health: str) -> SimService:
+def _unit_spec(
+    gpus: range = range(8),
+    health: str = "ok",
+    port: int | None = None,
+    gpu_mib: int = 90_112,
+    host_bytes: int = 38 * GIB,
+    rank_teardown_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """What a server unit starts: the launcher (serving /health) and one scheduler per GPU."""
+    launch = LAUNCH if len(gpus) == 8 else LAUNCH.replace("--tp-size 8", f"--tp-size {len(gpus)}")
     spec: list[dict[str, Any]] = [
         {
-            "cmdline": f"{LAUNCH.replace('--tp-size 8', '--tp-size 4')} --port {port}",
+            "cmdline": launch + (f" --port {port}" if port else ""),
             "teardown_s": 1.0,
-            "listens": port,
+            "listens": port or 30000,
             "health": health,
         }
     ]
-    spec += [
+    return spec + [
         {
             "cmdline": f"sglang::scheduler_TP{rank}",
-            "gpu_mib": {str(gpu): 90_112},
-            "host_bytes": 38 * GIB,
-            "teardown_s": 10.0,
+            "gpu_mib": {str(gpu): gpu_mib},
+            "host_bytes": host_bytes,
+            "teardown_s": rank_teardown_s,
         }
         for rank, gpu in enumerate(gpus)
     ]
-    return SimService(name, holds_gpus=False, runs=spec)
+
+
+def _supervised(host: SimHost, *units: SimService, loading: bool, restarts: int = 0) -> SimHost:
+    """The units running at the start of the drill (its clock's start), their start not
+    counted as an action."""
+    host.now = START
+    for unit in units:
+        host.services.append(unit)
+        host.start_service(unit, loading=loading)
+        unit.restarts = restarts
+    host.actions.clear()
+    return host
 
 
 def two_servers_one_broken() -> SimHost:
     """Two TP4 servers of ours, each under its own unit: sglang-a (GPUs 0-3) hangs, sglang-b
     (GPUs 4-7) serves."""
-    host = eight_gpu_server()
-    host.now = START
-    for unit in (
-        _unit_server("sglang-a", range(0, 4), 30000, "hung"),
-        _unit_server("sglang-b", range(4, 8), 30001, "ok"),
-    ):
-        host.services.append(unit)
-        host.start_service(unit, loading=False)
-    host.actions.clear()
-    return host
+    return _supervised(
+        eight_gpu_server(),
+        SimService("sglang-a", holds_gpus=False, runs=_unit_spec(range(0, 4), "hung", 30000)),
+        SimService("sglang-b", holds_gpus=False, runs=_unit_spec(range(4, 8), "ok", 30001)),
+        loading=False,
+    )
 
 
 def orphans_after_slurm_job() -> SimHost:
@@ -205,50 +221,32 @@ def crash_loop_on_leaked_shm() -> SimHost:
         if fs.mounted_on == "/dev/shm":  # noqa: S108 -- a simulated mount
             fs.size_bytes = 32 * GIB
     host.shm = [SimShm(f"sglang_hicache_{i}", 10 * GIB, "root", START - 1800) for i in range(3)]
-    spec: list[dict[str, Any]] = [
-        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "ok"}
-    ] + [
-        {"cmdline": f"sglang::scheduler_TP{rank}", "gpu_mib": {str(rank): 2_048}, "teardown_s": 1.0}
-        for rank in range(8)
-    ]
     unit = SimService(
         "sglang",
         holds_gpus=False,
         restart="always",
-        runs=spec,
+        runs=_unit_spec(gpu_mib=2_048, host_bytes=0, rank_teardown_s=1.0),
         shm_needed_bytes=8 * GIB,
-        restart_s=5.0,
         startup_s=60.0,
     )
-    host.services.append(unit)
-    host.now = START
-    host.start_service(unit)
-    unit.restarts = 14
-    host.actions.clear()
-    return host
+    return _supervised(host, unit, loading=True, restarts=14)
 
 
 def crash_loop_unknown_cause() -> SimHost:
     """sglang.service restarts every minute; its log shows a CUDA error this runbook cannot
     fix. Starting it again unchanged would only loop."""
-    host = eight_gpu_server()
-    spec: list[dict[str, Any]] = [
-        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "ok"}
-    ] + [
-        {"cmdline": f"sglang::scheduler_TP{rank}", "gpu_mib": {str(rank): 2_048}, "teardown_s": 1.0}
-        for rank in range(8)
-    ]
-    unit = SimService("sglang", holds_gpus=False, restart="always", runs=spec, startup_s=60.0)
+    unit = SimService(
+        "sglang",
+        holds_gpus=False,
+        restart="always",
+        runs=_unit_spec(gpu_mib=2_048, host_bytes=0, rank_teardown_s=1.0),
+        startup_s=60.0,
+    )
     unit.log = [
         "sglang::scheduler_TP3[20005]: RuntimeError: CUDA error: an illegal memory access was "
         "encountered",
     ]
-    host.services.append(unit)
-    host.now = START
-    host.start_service(unit)
-    unit.restarts = 9
-    host.actions.clear()
-    return host
+    return _supervised(eight_gpu_server(), unit, loading=True, restarts=9)
 
 
 def ecc_recurring() -> SimHost:
@@ -333,26 +331,16 @@ def daemon_holds_gpu() -> SimHost:
 
 def supervisor_restarts_server() -> SimHost:
     host = eight_gpu_server()
-    spec: list[dict[str, Any]] = [
-        {"cmdline": LAUNCH, "teardown_s": 1.0, "listens": 30000, "health": "hung"}
-    ] + [
-        {
-            "cmdline": f"sglang::scheduler_TP{rank}",
-            "gpu_mib": {str(rank): 90_112},
-            "host_bytes": 38 * GIB,
-            "teardown_s": 15.0,
-        }
-        for rank in range(8)
-    ]
-    unit = SimService("sglang", holds_gpus=False, restart="always", runs=spec)
-    host.services.append(unit)
+    unit = SimService(
+        "sglang",
+        holds_gpus=False,
+        restart="always",
+        runs=_unit_spec(health="hung", rank_teardown_s=15.0),
+    )
     # A second server unit, stopped and disabled on purpose before the incident: it matches
     # the pattern, but this run did not stop it, so it does not start it either.
     host.services.append(SimService("sglang-canary", active=False, enabled=False, holds_gpus=False))
-    host.now = START
-    host.start_service(unit, loading=False)
-    host.actions.clear()
-    return host
+    return _supervised(host, unit, loading=False)
 
 
 def nccl_rank_died() -> SimHost:
