@@ -199,22 +199,33 @@ class Subject:
         )
 
     def launcher_matches(self, command: str) -> bool:
-        return bool(self.launcher) and re.search(self.launcher, command) is not None
+        return _matches(self.launcher, command)
 
     def worker_matches(self, command: str) -> bool:
-        return bool(self.workers) and re.search(self.workers, command) is not None
+        return _matches(self.workers, command)
 
     def unit_matches(self, unit: str) -> bool:
-        return bool(self.unit) and bool(unit) and re.search(self.unit, unit) is not None
+        return _matches(self.unit, unit)
 
     def port_of(self, command: str) -> int | None:
         flag = _PORT_FLAG.search(command)
         if flag is not None and 0 < int(flag["port"]) < 65536:
             return int(flag["port"])
         for pattern, port in self.ports:
-            if re.search(pattern, command):
+            if _matches(pattern, command):
                 return port
         return None
+
+
+def _matches(pattern: str, text: str) -> bool:
+    """A subject pattern against host text, bounded in time as ``matches()`` is: a pattern
+    that backtracks (or is no regex) matches nothing, so nothing is taken for the subject's."""
+    if not pattern or not text:
+        return False
+    try:
+        return expr.search(pattern, text)
+    except expr.EvalError:
+        return False
 
 
 BLAST_RADIUS = ("none", "process", "files", "service", "gpu", "node")

@@ -93,14 +93,10 @@ class Runner:
         self.clock = clock
         self.sleep = sleep
         self.wall_clock = wall_clock
-        self._last_state: dict[str, Any] = {}
         self.allow_node_wide = allow_node_wide
         self.subject = (
             runbook.subject.with_parameters(self.params) if runbook.subject is not None else None
         )
-        # The latest verdict on who owns what (plan/ownership.py): a destructive step acts
-        # only on what it says is the subject's and broken.
-        self.owners: tuple[ProcessOwner, ...] | None = None
         self._left_alone: tuple[str, ...] = ()  # the last decision's, for its record
         # What this run's steps acted on (a resumed run starts from its journal's record).
         self.changed: dict[str, list[Mapping[str, Any]]] = {
@@ -137,7 +133,6 @@ class Runner:
         run_many = getattr(self.transport, "run_many", None)
         if run_many is None or len(remote) < 2:
             state = {name: self._observe_one(name) for name in wanted}
-            self._last_state = state
             return state
         # One round trip for the set: the commands run together on the host.
         commands = {name: self._command_of(name) for name in remote}
@@ -162,7 +157,6 @@ class Runner:
             else self._observe_one(name)
             for name in wanted
         }
-        self._last_state = state
         return state
 
     def _command_of(self, name: str) -> str:
@@ -243,9 +237,7 @@ class Runner:
             count = ownership.judge_unit(answer.exit_status, answer.stdout)
             if count is not None:
                 restarts[unit_probe.unit] = count
-        classified = ownership.classify(subject, records, results, restarts)
-        self.owners = classified
-        return classified
+        return ownership.classify(subject, records, results, restarts)
 
     def observations_for(self, check_names: Iterable[str]) -> list[str]:
         return self.runbook.observations_of(check_names)

@@ -14,6 +14,7 @@ from runbook_runner.expect import evaluate_check
 from runbook_runner.observe.proctree import owner_of_cgroup, parse_owners
 from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.plan import ownership
+from runbook_runner.plan import permission as guard
 from runbook_runner.plan.ownership import Disposition, Health, Owner, ProbeResult
 from runbook_runner.runbook import Subject, load
 
@@ -280,11 +281,11 @@ class Gpu:
 def test_the_engine_signals_only_ours_and_broken():
     owners = classified()
     wanted = [Pid(p) for p in (4101, 4120, 5120, 900, 7001, 7101, 7201)]
-    permission = ownership.permitted(SUBJECT, "process", wanted, owners)
+    permission = guard.permitted(SUBJECT, "process", wanted, owners)
     assert {item.pid for item in permission.allowed} == {4101, 4120, 5120}
     assert len(permission.left_alone) == 4
     assert any("infrastructure" in line for line in permission.left_alone)
-    blocked = ownership.permitted(SUBJECT, "process", [Pid(7301)], owners)
+    blocked = guard.permitted(SUBJECT, "process", [Pid(7301)], owners)
     assert blocked.blocked
     assert not blocked.allowed
 
@@ -292,7 +293,7 @@ def test_the_engine_signals_only_ours_and_broken():
 def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_them():
     owners = classified()
     gpus = [Gpu(i, i) for i in range(8)]
-    permission = ownership.permitted(SUBJECT, "gpu", gpus, owners)
+    permission = guard.permitted(SUBJECT, "gpu", gpus, owners)
     allowed = {g.index for g in permission.allowed}
     assert 5 not in allowed
     assert 6 not in allowed
@@ -301,7 +302,7 @@ def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_th
     assert any(
         "cannot" in line or "unknown" in line or "told" in line for line in permission.blocked
     )
-    node = ownership.permitted(SUBJECT, "node", [None], owners)
+    node = guard.permitted(SUBJECT, "node", [None], owners)
     assert node.blocked
     assert "--allow-node-wide" in node.blocked[0]
     assert "PID 7001" in node.blocked[0]
@@ -313,12 +314,12 @@ def test_a_healthy_server_is_left_alone_and_its_unit_is_not_stopped():
     records = parse_owners(INCIDENT)
     results = [ownership.judge_probe(p, 0, "200", "") for p in ownership.probes(SUBJECT, records)]
     owners = ownership.classify(SUBJECT, records, results)
-    unit = ownership.permitted(
+    unit = guard.permitted(
         SUBJECT, "service", [type("U", (), {"unit": "sglang.service"})()], owners
     )
     assert not unit.allowed
     assert "healthy" in unit.left_alone[0]
-    infra = ownership.permitted(
+    infra = guard.permitted(
         SUBJECT, "service", [type("U", (), {"text": "nvidia-persistenced"})()], owners
     )
     assert infra.allowed  # stopped as a unit, as NVIDIA documents, never signalled by PID
@@ -437,7 +438,7 @@ def test_generated_hosts_never_see_another_owners_process_signalled(host, gate):
     owners = ownership.classify(SUBJECT, records, results)
     rows = by_pid(owners)
     every = [Pid(p) for p in truth]
-    allowed = {i.pid for i in ownership.permitted(SUBJECT, "process", every, owners).allowed}
+    allowed = {i.pid for i in guard.permitted(SUBJECT, "process", every, owners).allowed}
     for pid in allowed:
         # every signalled PID is ours or orphaned ours (or a child of ours that has no owner
         # of its own), judged broken
@@ -450,13 +451,13 @@ def test_generated_hosts_never_see_another_owners_process_signalled(host, gate):
     for pid in allowed:
         assert rows[pid].reason.startswith("broken"), rows[pid]  # with its evidence
     gpus = [Gpu(i, i) for i in range(8)]
-    reset = {g.index for g in ownership.permitted(SUBJECT, "gpu", gpus, owners).allowed}
+    reset = {g.index for g in guard.permitted(SUBJECT, "gpu", gpus, owners).allowed}
     for row in owners:
         if row.minor_number in reset:
             # no GPU holding another owner's process (or a healthy server's) is reset
             assert row.disposition != "leave" or row.owner == "infrastructure", row
             assert row.disposition != "cannot-tell", row
-    node = ownership.permitted(SUBJECT, "node", [None], owners, allow_node_wide=gate)
+    node = guard.permitted(SUBJECT, "node", [None], owners, allow_node_wide=gate)
     others = [r for r in owners if r.owner == "another-owner" and (r.holds_gpu or r.node_wide)]
     if others and not gate:
         assert not node.allowed  # no node-wide rung with another owner present and no gate
@@ -483,7 +484,7 @@ def test_the_runbooks_targets_pass_the_engines_guard_unchanged(host):
     )
     if verdict.cannot_tell:
         return
-    permission = ownership.permitted(subject, "process", list(verdict.failing), owners)
+    permission = guard.permitted(subject, "process", list(verdict.failing), owners)
     assert not permission.left_alone
     assert not permission.blocked
     for item in verdict.failing:
@@ -640,7 +641,7 @@ def test_another_users_server_of_the_same_kind_is_theirs_not_ours():
     assert rows[4120].disposition == "act"
     assert rows[5120].owner == "another-owner"
     assert "run by user bob" in rows[5120].evidence
-    allowed = ownership.permitted(
+    allowed = guard.permitted(
         SUBJECT, "process", [Pid(4120), Pid(5120), Pid(5101)], tuple(rows.values())
     )
     assert {item.pid for item in allowed.allowed} == {4120}
@@ -673,3 +674,11 @@ def test_show_says_what_the_runbook_may_act_on(capsys):
         in out
     )
     assert "health: GET /health on the launcher's --port" in out
+
+
+def test_a_subject_pattern_that_backtracks_matches_nothing_instead_of_hanging():
+    """A --set pattern meets host text (process command lines): bounded as matches() is,
+    and failing closed: nothing is taken for the subject's."""
+    slow = Subject(description="s", launcher="(a+)+$")
+    assert not slow.launcher_matches("a" * 40 + "b")
+    assert not Subject(description="s", launcher="(").launcher_matches("python3 (")

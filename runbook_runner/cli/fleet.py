@@ -14,7 +14,6 @@ import json
 import queue
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -235,6 +234,18 @@ def _checks_line(results: Sequence[Any]) -> str:
 # -- signals --------------------------------------------------------------------------------
 
 
+def _announce_stop(out: console.Output, stop: Stop, told: list[bool], journalled: str = "") -> None:
+    """Once, when a signal has stopped the fleet: what happens to the hosts now."""
+    if stop.signum is None or told:
+        return
+    told.append(True)
+    out.end_live()
+    out.line(
+        f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in flight "
+        f"on their hosts{journalled}; no further host starts"
+    )
+
+
 @contextlib.contextmanager
 def _signals_stop(stop: Stop) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP stop the fleet: the handler only records the signal (the
@@ -246,16 +257,8 @@ def _signals_stop(stop: Stop) -> Iterator[None]:
         if stop.set(signum) and stop.raise_here:
             raise Interrupted(signum)
 
-    if threading.current_thread() is not threading.main_thread():
+    with cli_host.stop_signals_handled_by(handler):
         yield
-        return
-    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, handler) for signum in wanted}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def _interrupted_exit(out: console.Output, stop: Stop, outcomes: Sequence[HostOutcome]) -> int:
@@ -383,13 +386,7 @@ def _gather(
     told: list[bool] = []
 
     def tick() -> None:
-        if stop.signum is not None and not told:
-            told.append(True)
-            out.end_live()
-            out.line(
-                f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in "
-                "flight on their hosts (each journal records it); no further host starts"
-            )
+        _announce_stop(out, stop, told, " (each journal records it)")
         messages.drain(out)
         if out.tty:
             seen = [*done_before, *outcomes]
@@ -442,13 +439,7 @@ def _gather_processes(
     told: list[bool] = []
 
     def tick() -> None:
-        if stop.signum is not None and not told:
-            told.append(True)
-            out.end_live()
-            out.line(
-                f"interrupted ({signal.Signals(stop.signum).name}): ending the commands in "
-                "flight on their hosts; no further host starts"
-            )
+        _announce_stop(out, stop, told)
         messages.drain(out)
         if out.tty:
             out.live(summary.progress(len(outcomes), len(hosts), outcomes))

@@ -290,6 +290,14 @@ def _signals_raise_interrupted() -> Iterator[None]:
         raised.append(signum)
         raise Interrupted(signum)
 
+    with stop_signals_handled_by(handler):
+        yield
+
+
+@contextlib.contextmanager
+def stop_signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP go to ``handler`` for the block (main thread only: a
+    worker thread cannot take signals), and back to what they were after it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

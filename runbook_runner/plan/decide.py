@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from runbook_runner.expect import (
@@ -24,17 +23,15 @@ from runbook_runner.expect import (
     outcome,
 )
 from runbook_runner.observe.state import Unavailable
-from runbook_runner.plan import ownership
+from runbook_runner.plan import permission
+from runbook_runner.plan.ownership import Word
 from runbook_runner.runbook import Runbook, Step, Subject
 
 
-class Verdict(str, Enum):
+class Verdict(Word):
     RUN = "run"
     SKIP = "skip"
     BLOCKED = "blocked"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass(frozen=True)
@@ -132,19 +129,19 @@ def _owned(
         reason = unavailable[0].reason if unavailable else "the process owners were not observed"
         return Decision(Verdict.BLOCKED, f"blocked: cannot tell who owns what: {reason}")
     owners = tuple(row for n in names for row in state[n])
-    permission = ownership.permitted(
+    allowed = permission.permitted(
         subject, step.affects, list(items) or [None], owners, allow_node_wide=allow_node_wide
     )
-    if permission.blocked:
-        return Decision(Verdict.BLOCKED, "blocked: " + "; ".join(permission.blocked))
-    if not permission.allowed:
+    if allowed.blocked:
+        return Decision(Verdict.BLOCKED, "blocked: " + "; ".join(allowed.blocked))
+    if not allowed.allowed:
         return Decision(
             Verdict.SKIP,
-            "left alone: " + "; ".join(permission.left_alone),
-            left_alone=permission.left_alone,
+            "left alone: " + "; ".join(allowed.left_alone),
+            left_alone=allowed.left_alone,
         )
-    allowed = tuple(item for item in permission.allowed if item is not None)
-    return Decision(Verdict.RUN, items=allowed, left_alone=permission.left_alone)
+    items = tuple(item for item in allowed.allowed if item is not None)
+    return Decision(Verdict.RUN, items=items, left_alone=allowed.left_alone)
 
 
 def unreported(step: Step, item: Any, params: Mapping[str, Any]) -> list[str]:

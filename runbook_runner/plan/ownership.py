@@ -21,10 +21,7 @@ its health endpoint fails or times out (probed on the port its own command line 
 else the kind's default), one of its processes is in D or Z state, or its launcher is
 gone. A healthy instance is left alone; one whose health cannot be told is not acted on.
 
-:func:`permitted` is the engine's last word before a destructive command: only *ours
-and broken* processes are signalled, no GPU that another owner (or a healthy server)
-uses is reset, and no node-wide rung runs while another owner is on the node, unless
-the operator gave the gate.
+plan/permission.py turns these verdicts into what a destructive step may touch.
 """
 
 from __future__ import annotations
@@ -34,20 +31,19 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.runbook import Subject
 
 
-class _Word(str, Enum):
+class Word(str, Enum):
     """An enum whose members are the words the journal and --json spell."""
 
     def __str__(self) -> str:
         return str(self.value)
 
 
-class Owner(_Word):
+class Owner(Word):
     OURS = "ours"
     ORPHANED_OURS = "orphaned-ours"
     ANOTHER_OWNER = "another-owner"
@@ -55,13 +51,13 @@ class Owner(_Word):
     UNKNOWN = "unknown"
 
 
-class Disposition(_Word):
+class Disposition(Word):
     ACT = "act"  # ours and broken: the runbook may act on it
     LEAVE = "leave"  # not ours, infrastructure, or a healthy server: left alone, said so
     CANNOT_TELL = "cannot-tell"  # stops a step that would touch it
 
 
-class Health(_Word):
+class Health(Word):
     HEALTHY = "healthy"
     FAILING = "failing"
     CANNOT_TELL = "cannot-tell"
@@ -513,170 +509,3 @@ def _disposition(
         str(Health.CANNOT_TELL),
         port,
     )
-
-
-# -- the engine's last word before a destructive command ---------------------------------
-
-
-@dataclass(frozen=True)
-class Permission:
-    """What a destructive step may act on: the items allowed, the ones left alone (with
-    why: said, not an error), and what blocks the step (cannot tell, or a gate)."""
-
-    allowed: tuple[Any, ...]
-    left_alone: tuple[str, ...] = ()
-    blocked: tuple[str, ...] = ()
-
-
-def permitted(
-    subject: Subject,
-    affects: str | None,
-    items: Sequence[Any],
-    owners: Sequence[ProcessOwner],
-    *,
-    allow_node_wide: bool = False,
-) -> Permission:
-    """Which of a destructive step's items it may act on, from the latest classification.
-
-    process: only PIDs classified ours or orphaned ours and broken ('act');
-    gpu: no GPU that a process left alone (another owner's, a healthy server) holds;
-    service: a unit of the subject only if its instance is broken, infrastructure units
-    (stopped as units, as NVIDIA documents), nothing else;
-    node: nothing while another owner's process is on the node, unless the gate is given.
-    A holder whose owner or health cannot be told blocks what would touch it.
-    """
-    by_pid: dict[int, list[ProcessOwner]] = {}
-    for row in owners:
-        if row.pid is not None:
-            by_pid.setdefault(row.pid, []).append(row)
-    allowed: list[Any] = []
-    left: list[str] = []
-    blocked: list[str] = []
-    if affects == "node":
-        others = _others_on_node(owners)
-        if others and not allow_node_wide:
-            blocked.append(
-                "a node-wide action while processes that are not ours (or that are healthy) "
-                "use the node: " + "; ".join(others) + " (rerun with --allow-node-wide to "
-                "act anyway, once their owners agree)"
-            )
-        unknown = _cannot_tell(owners)
-        if unknown:
-            blocked.append("cannot tell who holds: " + "; ".join(unknown))
-        return Permission(tuple(items) if not blocked else (), (), tuple(blocked))
-    for item in items:
-        if item is None:
-            allowed.append(item)
-            continue
-        if affects in (None, "process") and getattr(item, "pid", None) is not None:
-            verdict = _for_pid(item.pid, by_pid)
-        elif affects == "gpu" and _minor(item) is not None:
-            verdict = _for_gpu(_minor(item), owners)
-        elif affects == "service" and _unit(item):
-            verdict = _for_unit(subject, _unit(item), owners)
-        else:
-            verdict = None
-        if verdict is None:
-            allowed.append(item)
-        elif verdict[0] == "leave":
-            left.append(verdict[1])
-        else:
-            blocked.append(verdict[1])
-    return Permission(tuple(allowed), tuple(left), tuple(blocked))
-
-
-def _minor(item: Any) -> int | None:
-    minor = getattr(item, "minor_number", None)
-    if isinstance(minor, int):
-        return minor
-    index = getattr(item, "index", None)
-    return index if isinstance(index, int) else None
-
-
-def _unit(item: Any) -> str:
-    for name in ("unit", "text"):
-        value = getattr(item, name, None)
-        if isinstance(value, str) and value:
-            return value if value.endswith((".service", ".scope")) else f"{value}.service"
-    return ""
-
-
-def _for_pid(pid: int, by_pid: Mapping[int, list[ProcessOwner]]) -> tuple[str, str] | None:
-    rows = by_pid.get(pid)
-    if not rows:
-        return "cannot", f"PID {pid} is not among the classified processes: not signalled"
-    row = rows[0]
-    if row.disposition == Disposition.ACT:
-        return None
-    said = f"PID {pid} ({(row.command or '?')[:60]}): {row.owner}: {row.reason} ({row.evidence})"
-    if row.disposition == Disposition.CANNOT_TELL:
-        return "cannot", said
-    return "leave", said
-
-
-def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> tuple[str, str] | None:
-    rows = [r for r in owners if r.minor_number == minor]
-    cannot = [r for r in rows if r.disposition == Disposition.CANNOT_TELL]
-    if cannot:
-        r = cannot[0]
-        return "cannot", f"GPU /dev/nvidia{minor} is held by PID {r.pid}: {r.reason}"
-    kept = [
-        r for r in rows if r.disposition == Disposition.LEAVE and r.owner != Owner.INFRASTRUCTURE
-    ]
-    if kept:
-        r = kept[0]
-        return "leave", (
-            f"GPU /dev/nvidia{minor} is left alone: PID {r.pid} ({(r.command or '?')[:60]}) "
-            f"uses it: {r.reason} ({r.evidence})"
-        )
-    return None
-
-
-def _for_unit(
-    subject: Subject, unit: str, owners: Sequence[ProcessOwner]
-) -> tuple[str, str] | None:
-    if unit in INFRASTRUCTURE_UNITS or unit.removesuffix(".service") + ".service" in (
-        INFRASTRUCTURE_UNITS
-    ):
-        return None
-    if not subject.unit_matches(unit):
-        return "leave", f"unit {unit} is not the subject's: left alone"
-    rows = [r for r in owners if r.unit == unit]
-    if any(r.disposition == Disposition.LEAVE for r in rows):
-        r = next(r for r in rows if r.disposition == Disposition.LEAVE)
-        return "leave", f"unit {unit} is left alone: {r.reason}"
-    if any(r.disposition == Disposition.CANNOT_TELL for r in rows):
-        r = next(r for r in rows if r.disposition == Disposition.CANNOT_TELL)
-        return "cannot", f"unit {unit}: {r.reason}"
-    return None
-
-
-def _others_on_node(owners: Sequence[ProcessOwner]) -> list[str]:
-    seen: dict[int, str] = {}
-    for r in owners:
-        holds = r.minor_number is not None or bool(r.node_wide)
-        if r.pid is None or not holds or r.pid in seen:
-            continue
-        if r.owner == Owner.ANOTHER_OWNER or (
-            r.owner in OURS and r.disposition == Disposition.LEAVE
-        ):
-            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} ({r.evidence})"
-    return list(seen.values())
-
-
-def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:
-    seen: dict[int, str] = {}
-    for r in owners:
-        if r.pid is not None and r.disposition == Disposition.CANNOT_TELL and r.pid not in seen:
-            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason}"
-    return list(seen.values())
-
-
-def left_alone(owners: Sequence[ProcessOwner]) -> list[str]:
-    """One line per process the runbook leaves alone, with why (for check, plan, journal)."""
-    seen: dict[int, str] = {}
-    for r in owners:
-        if r.pid is None or r.pid in seen or r.disposition != Disposition.LEAVE:
-            continue
-        seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.owner}: {r.reason}"
-    return list(seen.values())
