@@ -614,9 +614,9 @@ def _one_host(args: argparse.Namespace, prog: str) -> None:
         raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
     if getattr(args, "jsonl", False):
         raise UsageError("--jsonl is for many hosts (--hosts, --inventory); use --json", prog)
-    from runbook_runner.cli.connecting import Connecting
+    from runbook_runner.cli.connecting import Connecting, Destination
 
-    args.connecting = Connecting(args)
+    args.connecting = Connecting(Destination.from_args(args))
 
 
 def _ask_become_pass(args: argparse.Namespace, prog: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import getpass
 import json
 import queue
@@ -18,9 +19,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from runbook_runner import localfile
+from runbook_runner import localfile, session
 from runbook_runner.cli import console, render
 from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import (
@@ -40,7 +41,7 @@ from runbook_runner.journal import JournalError
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
-    from runbook_runner.events import ConfirmRequest, Event, RunReport
+    from runbook_runner.events import Answer, ConfirmRequest
     from runbook_runner.fleet.inventory import Inventory
     from runbook_runner.fleet.selection import FleetHost
     from runbook_runner.transport import SshTarget, SshTransport
@@ -257,7 +258,7 @@ def _signals_stop(stop: Stop) -> Iterator[None]:
         if stop.set(signum) and stop.raise_here:
             raise Interrupted(signum)
 
-    with cli_host.stop_signals_handled_by(handler):
+    with session.stop_signals_handled_by(handler):
         yield
 
 
@@ -620,7 +621,7 @@ def _fleet_end(
         document = {
             "runbook": runbook.name,
             **extra,
-            "parameters": cli_host._secret_free(runbook, params),
+            "parameters": session.secret_free(runbook, params),
             "ok": code == ExitCode.OK,
             "exit_code": int(code),
             "summary": summary.totals(outcomes),
@@ -667,35 +668,15 @@ def _not_started_outcome(
 def _journal_not_started(
     args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, name: str
 ) -> Path:
-    from runbook_runner import __version__
-    from runbook_runner import journal as journal_module
-
-    run_id = journal_module.new_run_id(runbook.name, host.name)
-    journal = journal_module.Journal(cli_host._journal_folder() / f"{run_id}.jsonl")
-    try:
-        journal.write(
-            "run-start",
-            run=run_id,
-            runbook=runbook.name,
-            runbook_path=runbook.path,
-            runbook_sha256=runbook.sha256,
-            parameters=cli_host._secret_free(runbook, params),
-            operator=getpass.getuser(),
-            host=host.name,
-            tool_version=__version__,
-            dry_run=args.dry_run,
-        )
-        journal.write(
-            "run-end",
-            ok=False,
-            outcome="interrupted",
-            interrupted=True,
-            not_started=True,
-            signal=name,
-        )
-    finally:
-        journal.close()
-    return journal.path
+    return session.record_not_started(
+        runbook,
+        params,
+        host.name,
+        cli_host.journal_folder(),
+        operator=getpass.getuser(),
+        dry_run=args.dry_run,
+        signal_name=name,
+    )
 
 
 def _ask_batch(
@@ -732,17 +713,38 @@ def _ask_batch(
     return answer.strip().lower() in {"y", "yes"}
 
 
-def _named(transport: SshTransport, name: str) -> SshTransport:
-    """The transport as the journal sees it: named as the inventory or node set names the host
-    (``gpu07``), not by the address it was reached at."""
-    import dataclasses
-    import types
+class _BatchConsent:
+    """A fleet's consent (the run session's, for each host): nobody is asked on a host. A
+    destructive step runs with --yes or the batch's answer, a reboot with --allow-reboot;
+    the journal says 'not asked', and why, where neither was given."""
 
-    target = dataclasses.replace(transport.target, host=name)
-    view = types.SimpleNamespace(
-        target=target, login_user=transport.login_user, host_key=transport.host_key
-    )
-    return cast("SshTransport", view)
+    def __init__(self, approved: bool, *, yes: bool, allow_reboot: bool) -> None:
+        self.approved, self.yes, self.allow_reboot = approved, yes, allow_reboot
+        self.refusals: list[str] = []
+        self.reboot_blocked = False
+
+    def __call__(self, request: ConfirmRequest) -> Answer:
+        from runbook_runner.events import Answer
+
+        step = request.step
+        if step.reboots:
+            if self.allow_reboot:
+                return Answer(True, "--allow-reboot", asked=False)
+            self.reboot_blocked = True
+            self.refusals.append(f"step {step.id!r} reboots the host: needs --allow-reboot")
+            return Answer(False, "needs --allow-reboot", asked=False)
+        if self.yes:
+            return Answer(True, "--yes", asked=False)
+        if self.approved:
+            return Answer(True, f"confirmed by {getpass.getuser()} for its batch")
+        self.refusals.append(
+            f"step {step.id!r} is destructive and needs a confirmation: "
+            "run from a terminal, or with --yes"
+        )
+        return Answer(False, "no terminal to ask (use --yes)", asked=False)
+
+    def answered_by(self, request: ConfirmRequest, answer: Answer) -> str:
+        return getpass.getuser() + (" (--yes)" if self.yes else " (batch confirmation)")
 
 
 def _run_one(
@@ -754,139 +756,77 @@ def _run_one(
     approved: bool,
     stop: HostStop,
 ) -> HostOutcome:
-    """One host's run: journal, lock, run, release, outcome, as ``runbook run`` on one host
-    (cli/host.py) does it, with the fleet's stop in place of the signal handler."""
+    """One host's run: connect, then the run session (session.py) as on one host, with the
+    fleet's stop in place of the signal handler; its outcome as one line of the summary."""
     from runbook_runner.cli.outcomes import run_code
-    from runbook_runner.journal.recording import Recorder
-    from runbook_runner.runner import Runner
-    from runbook_runner.ssh.hostlock import HostLock, HostLocked, LockUnavailable
+    from runbook_runner.events import StepDone
+    from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
     started = time.monotonic()
     if stop.stop.stopped:
         return _not_started_outcome(host, stop.stop, (args, runbook, params))
-    refusals: list[str] = []
-    reboot_blocked: list[bool] = []
-    journal_path = ""
-    report: RunReport | None = None
+    consent = _BatchConsent(approved, yes=args.yes, allow_reboot=args.allow_reboot)
+    numbers = {step.id: index for index, step in enumerate(runbook.steps, 1)}
+    style = render.Style(False)
+
+    def on_event(event: session.SessionEvent) -> None:
+        if isinstance(event, session.JournalOpened):
+            messages.put(f"{host.name}: journal: {event.path}")
+        elif isinstance(event, StepDone):
+            line = render.step_line(event.record, numbers[event.step.id], len(runbook.steps), style)
+            messages.put(f"{host.name}: {printable(line.strip())}")
+
     try:
         with _connect(args, host, messages, stop) as transport:
             if stop.stop.stopped:  # connected after the stop: nothing runs here
                 return _not_started_outcome(host, stop.stop, (args, runbook, params))
-            journal, run_id = cli_host._open_journal(
-                argparse.Namespace(**{**vars(args), "journal": None}),
-                runbook,
-                _named(transport, host.name),
-                params,
-                None,
-            )
-            journal_path = str(journal.path)
-            recorder = Recorder(journal, runbook, params)
-            messages.put(f"{host.name}: journal: {journal.path}")
-            numbers = {step.id: index for index, step in enumerate(runbook.steps, 1)}
-            style = render.Style(False)
-
-            def on_event(event: Event) -> None:
-                from runbook_runner.events import StepDone
-
-                recorder.on_event(event)
-                if isinstance(event, StepDone):
-                    line = render.step_line(
-                        event.record, numbers[event.step.id], len(runbook.steps), style
-                    )
-                    messages.put(f"{host.name}: {printable(line.strip())}")
-
-            def confirm(request: ConfirmRequest) -> bool:
-                step = request.step
-                if step.reboots:
-                    answer = bool(args.allow_reboot)
-                    if not answer:
-                        reboot_blocked.append(True)
-                        refusals.append(f"step {step.id!r} reboots the host: needs --allow-reboot")
-                else:
-                    answer = approved
-                    if not answer:
-                        refusals.append(
-                            f"step {step.id!r} is destructive and needs a confirmation: "
-                            "run from a terminal, or with --yes"
-                        )
-                how = " (--yes)" if args.yes else " (batch confirmation)"
-                recorder.confirmation(request, answer, getpass.getuser() + how)
-                return answer
-
-            runner = Runner(
-                runbook,
-                params,
-                transport,
-                on_event=on_event,
-                confirm=confirm,
-                sleep=stop.sleep,
-                allow_node_wide=getattr(args, "allow_node_wide", False),
-            )
-            lock = None
-            outcome = "interrupted"
-            extra: dict[str, Any] = {}
-            try:
-                if runbook.destructive and not args.dry_run:
-                    lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
-                    previous = lock.acquire(break_stale=args.break_lock)
-                    took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
-                    journal.write("lock", held=True, **took)
-                report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
-                outcome = "declined" if report.declined else "finished"
-            except Interrupted as interrupt:
-                extra = {
-                    "signal": signal.Signals(interrupt.signum).name,
-                    "ended_on_host": (
-                        f"process group {interrupt.ended_on_host}"
-                        if interrupt.ended_on_host
-                        else None
-                    ),
-                }
-                raise
-            except BaseException as error:
-                outcome, extra = "error", {"error": str(error) or type(error).__name__}
-                if isinstance(error, HostLocked | LockUnavailable):
-                    extra["locked"] = True
-                raise
-            finally:
-                # Cleanup never hides why the run stopped: its own failures are recorded.
-                if lock is not None:
-                    try:
-                        lock.release()
-                    except (TransportError, KeyboardInterrupt) as error:
-                        extra["lock_release_failed"] = str(error)
-                journal.write(
-                    "run-end",
-                    ok=report is not None and report.ok,
-                    outcome=outcome,
-                    reached_by=report.reached_by if report is not None else None,
-                    declined=report.declined if report is not None else None,
-                    interrupted=outcome == "interrupted",
-                    blocked=(
-                        report.blocked.message
-                        if report is not None and report.blocked is not None
-                        else None
-                    ),
-                    **extra,
+            # Named as the inventory or node set names the host (gpu07), not by its address.
+            named = dataclasses.replace(transport.target, host=host.name)
+            outcome = session.run(
+                session.RunRequest(
+                    runbook,
+                    params,
+                    transport,
+                    consent,
+                    session.JournalPolicy(cli_host.journal_folder()),
+                    getpass.getuser(),
+                    names=session.HostNames(named.label, host.name, host.name),
+                    lock=session.LockPolicy(True, args.break_lock),
+                    dry_run=args.dry_run,
+                    from_step=args.from_step,
+                    allow_node_wide=getattr(args, "allow_node_wide", False),
+                    on_event=on_event,
+                    sleep=stop.sleep,
                 )
-                journal.close()
-    except Interrupted as interrupt:
-        if not journal_path:  # stopped while connecting: its run never began
-            return _not_started_outcome(host, stop.stop, (args, runbook, params))
-        return _interrupted_outcome(host, interrupt, started, {"journal": journal_path})
-    except (HostLocked, LockUnavailable) as error:
+            )
+    except Interrupted:  # stopped while connecting: its run never began
+        return _not_started_outcome(host, stop.stop, (args, runbook, params))
+    except TransportError as error:
+        return _transport_outcome(args, host, error, started)
+    except Exception as error:  # one host's surprise must not end the rollout's accounting
+        return _error_outcome(host, error, started)
+    journal_path = str(outcome.journal) if outcome.journal is not None else ""
+    raised = outcome.error
+    if isinstance(raised, Interrupted) and outcome.journal is None:
+        return _not_started_outcome(host, stop.stop, (args, runbook, params))
+    if isinstance(raised, Interrupted):
+        return _interrupted_outcome(host, raised, started, {"journal": journal_path})
+    if isinstance(raised, HostLocked | LockUnavailable):
         return HostOutcome(
             host.name,
             summary.LOCKED,
             ExitCode.LOCKED,
-            f"locked — {error}",
+            f"locked — {raised}",
             time.monotonic() - started,
-            {"ok": False, "error": str(error), "journal": journal_path},
+            {"ok": False, "error": str(raised), "journal": journal_path},
         )
-    except TransportError as error:
-        return _transport_outcome(args, host, error, started)
-    except Exception as error:  # one host's surprise must not end the rollout's accounting
-        return _error_outcome(host, error, started, {"journal": journal_path or None})
+    if isinstance(raised, TransportError):
+        return _transport_outcome(args, host, raised, started)
+    if isinstance(raised, Exception):
+        return _error_outcome(host, raised, started, {"journal": journal_path or None})
+    if raised is not None:
+        raise raised  # a KeyboardInterrupt that is no fleet stop: as on one host
+    report = outcome.report
     assert report is not None
     record: dict[str, Any] = {
         "ok": report.ok,
@@ -898,7 +838,7 @@ def _run_one(
         "steps": [r.to_json() for r in report.steps],
     }
     elapsed = time.monotonic() - started
-    code = run_code(report, dry_run=args.dry_run, reboot_blocked=bool(reboot_blocked))
+    code = run_code(report, dry_run=args.dry_run, reboot_blocked=consent.reboot_blocked)
     kind = summary.KIND_OF_CODE[code]
     if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
         line = f"stopped: cannot tell — before {report.blocked.id}"
@@ -906,7 +846,7 @@ def _run_one(
             host.name, kind, code, line, elapsed, {**record, "blocked": report.blocked.message}
         )
     if report.declined:
-        reason = refusals[0] if refusals else "declined"
+        reason = consent.refusals[0] if consent.refusals else "declined"
         return HostOutcome(
             host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
         )
