@@ -155,7 +155,10 @@ def test_nobody_asked_is_journalled_as_not_asked_on_a_fleet_as_on_one_host(
     out, _ = capsys.readouterr()
     assert code == ExitCode.DECLINED, out
     asked = [
-        e for events in journals(run_journals_in_tmp) for e in events if e["event"] == "confirmation"
+        e
+        for events in journals(run_journals_in_tmp)
+        for e in events
+        if e["event"] == "confirmation"
     ]
     assert len(asked) == 2
     for line in asked:

@@ -1,15 +1,16 @@
-"""``check`` and ``run`` on many hosts: node sets and inventories, bounded fan-out, one summary.
+"""Many hosts for ``check`` and ``run``: selecting them (node sets, inventories), connecting
+to each from a worker thread, gathering their outcomes, signals, and the one summary.
 
-Part of the CLI layer (cli/): only this thread prints. Hosts are worked on
-in threads (fleet/fanout.py); what they report comes back here to be printed, so lines
-never interleave and a prompt is never shown while another host asks.
+Part of the CLI layer (cli/): only the main thread prints. Hosts are worked on in threads
+(fleet/fanout.py); what they report comes back here to be printed, so lines never
+interleave and a prompt is never shown while another host asks. The commands themselves:
+cli/fleet_check.py and cli/fleet_run.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import getpass
 import json
 import queue
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import localfile, session
-from runbook_runner.cli import console, render
+from runbook_runner.cli import console
 from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import (
     AuthenticationFailed,
@@ -41,7 +42,6 @@ from runbook_runner.journal import JournalError
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
-    from runbook_runner.events import Answer, ConfirmRequest
     from runbook_runner.fleet.inventory import Inventory
     from runbook_runner.fleet.selection import FleetHost
     from runbook_runner.transport import SshTarget, SshTransport
@@ -50,16 +50,16 @@ if TYPE_CHECKING:
 # -- selecting ------------------------------------------------------------------------------
 
 
-class _Stop(Exception):
+class BadFleetInput(Exception):
     """Bad fleet input, already explained: exit 2."""
 
 
-def _select(args: argparse.Namespace) -> list[FleetHost]:
+def select_hosts(args: argparse.Namespace) -> list[FleetHost]:
     from runbook_runner.fleet import inventory as inventories
     from runbook_runner.fleet.selection import SelectionError, select
 
     if args.max_hosts < 1:
-        raise UsageError("--max-hosts must be at least 1", _prog(args))
+        raise UsageError("--max-hosts must be at least 1", prog(args))
 
     inventory: Inventory | None = None
     if args.inventory:
@@ -67,28 +67,28 @@ def _select(args: argparse.Namespace) -> list[FleetHost]:
         try:
             text = localfile.read_text(path, localfile.LIST_LIMIT)
         except (OSError, UnicodeDecodeError) as error:
-            raise UsageError(f"--inventory {path}: cannot read it ({error})", _prog(args)) from None
+            raise UsageError(f"--inventory {path}: cannot read it ({error})", prog(args)) from None
         try:
             inventory = inventories.parse(text, str(path), args.max_hosts)
         except inventories.InventoryError as error:
             print(f"runbook: {error}", file=sys.stderr)
-            raise _Stop from None
+            raise BadFleetInput from None
     specs = [*(args.hosts or [])] + ([args.host] if args.host else [])
     try:
         hosts = select(specs, inventory, args.limit, args.max_hosts)
     except SelectionError as error:
-        raise UsageError(str(error), _prog(args)) from None
+        raise UsageError(str(error), prog(args)) from None
     # The SSH options are checked once, here (a missing --ssh-config or key file is bad
     # input, exit 2, before any host is contacted), not found wrong on every host.
-    _target(args, hosts[0])
+    ssh_target(args, hosts[0])
     return hosts
 
 
-def _prog(args: argparse.Namespace) -> str:
+def prog(args: argparse.Namespace) -> str:
     return f"runbook {args.command}"
 
 
-def _target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
+def ssh_target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
     """As for --host; the inventory's ansible_* and USER@ in the node set win over --port/--user,
     as in Ansible. ssh_config is looked up for the address connected to (ansible_host)."""
     from runbook_runner.transport import resolve_target
@@ -108,7 +108,7 @@ def _target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
 
 
 @dataclass
-class _Messages:
+class Messages:
     """Lines from worker threads, printed by the main thread in order."""
 
     lines: queue.Queue[str] = field(default_factory=queue.Queue)
@@ -125,13 +125,13 @@ class _Messages:
             out.line(text)
 
 
-def _connect(
-    args: argparse.Namespace, host: FleetHost, messages: _Messages, stop: HostStop
+def connect(
+    args: argparse.Namespace, host: FleetHost, messages: Messages, stop: HostStop
 ) -> SshTransport:
     from runbook_runner.cli.connecting import become_password, key_recorded
     from runbook_runner.transport import SshTransport
 
-    target = _target(args, host)
+    target = ssh_target(args, host)
 
     def recorded(name: str, key: Any) -> None:
         messages.put(f"{host.name}: {key_recorded(name, key, target.known_hosts)}")
@@ -149,12 +149,12 @@ def _connect(
         raise
 
 
-def _transport_outcome(
+def transport_outcome(
     args: argparse.Namespace, host: FleetHost, error: TransportError, started: float
 ) -> HostOutcome:
     labels = [host.name, host.address or ""]
     with contextlib.suppress(TransportError):
-        labels.insert(0, _target(args, host).label)
+        labels.insert(0, ssh_target(args, host).label)
     message = summary.without_label(str(error), *labels)
     refused = isinstance(error, AuthenticationFailed | UnknownHostKey | HostKeyChanged)
     setup = isinstance(error, SshSetupError)  # this host's key file or ssh_config: exit 2
@@ -169,7 +169,7 @@ def _transport_outcome(
     )
 
 
-def _error_outcome(
+def error_outcome(
     host: FleetHost, error: Exception, started: float, record: dict[str, Any] | None = None
 ) -> HostOutcome:
     """An error on one host, with the exit code one host would have exited with (the table in
@@ -194,7 +194,7 @@ def _error_outcome(
     )
 
 
-def _interrupted_outcome(
+def interrupted_outcome(
     host: FleetHost, interrupt: Interrupted, started: float, record: dict[str, Any]
 ) -> HostOutcome:
     name = signal.Signals(interrupt.signum).name
@@ -220,7 +220,7 @@ def _interrupted_outcome(
     )
 
 
-def _checks_line(results: Sequence[Any]) -> str:
+def checks_line(results: Sequence[Any]) -> str:
     """A check that cannot be told is said by its reason alone (what was not observed), so
     checks that share it share one part of the line."""
     return summary.checks_line(
@@ -235,7 +235,7 @@ def _checks_line(results: Sequence[Any]) -> str:
 # -- signals --------------------------------------------------------------------------------
 
 
-def _announce_stop(out: console.Output, stop: Stop, told: list[bool], journalled: str = "") -> None:
+def announce_stop(out: console.Output, stop: Stop, told: list[bool], journalled: str = "") -> None:
     """Once, when a signal has stopped the fleet: what happens to the hosts now."""
     if stop.signum is None or told:
         return
@@ -248,7 +248,7 @@ def _announce_stop(out: console.Output, stop: Stop, told: list[bool], journalled
 
 
 @contextlib.contextmanager
-def _signals_stop(stop: Stop) -> Iterator[None]:
+def signals_stop(stop: Stop) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP stop the fleet: the handler only records the signal (the
     workers see it at their next wait, end their command on the host, journal the interrupt
     and release their lock); it raises Interrupted in the main thread only while it asks a
@@ -262,115 +262,21 @@ def _signals_stop(stop: Stop) -> Iterator[None]:
         yield
 
 
-def _interrupted_exit(out: console.Output, stop: Stop, outcomes: Sequence[HostOutcome]) -> int:
+def interrupted_exit(out: console.Output, stop: Stop, outcomes: Sequence[HostOutcome]) -> int:
     assert stop.signum is not None
     ended = sum(1 for o in outcomes if o.record.get("ended_on_host"))
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
         print(
             f"runbook: interrupted ({signal.Signals(stop.signum).name})"
-            + (f"; the running command was ended on {_count(ended)}" if ended else ""),
+            + (f"; the running command was ended on {count(ended)}" if ended else ""),
             file=sys.stderr,
         )
     return 128 + int(stop.signum)
 
 
-# -- check ----------------------------------------------------------------------------------
-
-
-def fleet_check(args: argparse.Namespace) -> int:
-    from runbook_runner.format.parameters import gpu_range, resolve_parameters
-
-    if args.json and args.jsonl:
-        raise UsageError("--json or --jsonl, not both", "runbook check")
-    if args.forks < 1:
-        raise UsageError("--forks must be at least 1", "runbook check")
-    if args.workers < 0:
-        raise UsageError("--workers must be 0 (one per core) or more", "runbook check")
-    try:
-        hosts = _select(args)
-    except _Stop:
-        return ExitCode.BAD_INPUT
-    runbook = cli_host.load_named(args)
-    params = resolve_parameters(
-        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
-    )
-    structured = args.json or args.jsonl
-    out = console.Output(structured)
-    messages = _Messages()
-    stop = Stop()
-    forks = max(1, min(args.forks, len(hosts)))
-    out.line(f"{runbook.name} on {len(hosts)} hosts (read-only check, {forks} at a time)")
-
-    want_record = bool(structured or args.prometheus)
-
-    def work(host: FleetHost) -> HostOutcome:
-        return _check_one(
-            args, runbook, params, host, messages, stop.for_host(), want_record=want_record
-        )
-
-    workers = _workers(args, len(hosts))
-    with _signals_stop(stop):
-        if workers > 1:
-            outcomes = _gather_processes(
-                out, messages, stop, hosts, work, workers, forks, jsonl=args.jsonl
-            )
-        else:
-            outcomes = _gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
-        _print_summary(out, _in_order(outcomes, hosts))
-        if args.prometheus:
-            from runbook_runner.cli import metrics
-
-            results = [
-                metrics.host_result(
-                    o.host, o.kind, int(o.code), o.duration_s, o.record.get("checks", ())
-                )
-                for o in _in_order(outcomes, hosts)
-            ]
-            metrics.write(args.prometheus, runbook.name, results, "runbook check")
-        code = _fleet_end(args, runbook, params, hosts, outcomes)
-        return _interrupted_exit(out, stop, outcomes) if stop.stopped else code
-
-
-def _check_one(
-    args: argparse.Namespace,
-    runbook: Runbook,
-    params: dict[str, Any],
-    host: FleetHost,
-    messages: _Messages,
-    stop: HostStop,
-    *,
-    want_record: bool,
-) -> HostOutcome:
-    from runbook_runner.cli.outcomes import check_code
-    from runbook_runner.runner import Runner
-
-    started = time.monotonic()
-    if stop.stop.stopped:
-        return _not_started_outcome(host, stop.stop)
-    try:
-        with _connect(args, host, messages, stop) as transport:
-            observed = Runner(runbook, params, transport, sleep=stop.sleep).check_goal("now")
-    except Interrupted as interrupt:
-        return _interrupted_outcome(host, interrupt, started, {})
-    except TransportError as error:
-        return _transport_outcome(args, host, error, started)
-    except Exception as error:  # one host's surprise must not end the others' checks
-        return _error_outcome(host, error, started)
-    code = check_code(observed.results)
-    record: dict[str, Any] = {"ok": code == ExitCode.OK}
-    if want_record:
-        record["state"] = render.state_json(runbook, observed.state)
-        record["checks"] = [cli_host.check_json(r, runbook) for r in observed.results]
-    elapsed = time.monotonic() - started
-    if code == ExitCode.OK:
-        return HostOutcome(host.name, summary.OK, code, "ok", elapsed, record)
-    kind = summary.KIND_OF_CODE[code]
-    return HostOutcome(host.name, kind, code, _checks_line(observed.results), elapsed, record)
-
-
-def _gather(
+def gather(
     out: console.Output,
-    messages: _Messages,
+    messages: Messages,
     stop: Stop,
     hosts: Sequence[FleetHost],
     work: Callable[[FleetHost], HostOutcome],
@@ -387,7 +293,7 @@ def _gather(
     told: list[bool] = []
 
     def tick() -> None:
-        _announce_stop(out, stop, told, " (each journal records it)")
+        announce_stop(out, stop, told, " (each journal records it)")
         messages.drain(out)
         if out.tty:
             seen = [*done_before, *outcomes]
@@ -403,102 +309,12 @@ def _gather(
     return outcomes
 
 
-def _workers(args: argparse.Namespace, hosts: int) -> int:
-    """Processes for a check: --workers, else one per core once the fleet is large enough
-    to be worth a fork (each process has at least a few hosts and threads)."""
-    import os
-
-    from runbook_runner.cli import AUTO_WORKERS_FROM
-
-    wanted: int
-    if args.workers:
-        wanted = int(args.workers)
-    elif hosts >= AUTO_WORKERS_FROM:
-        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    else:
-        wanted = 1
-    return max(1, min(wanted, hosts, int(args.forks)))
-
-
-def _gather_processes(
-    out: console.Output,
-    messages: _Messages,
-    stop: Stop,
-    hosts: Sequence[FleetHost],
-    work: Callable[[FleetHost], HostOutcome],
-    workers: int,
-    forks: int,
-    *,
-    jsonl: bool,
-) -> list[HostOutcome]:
-    """As _gather, with the hosts spread over ``workers`` forked processes (threads inside
-    each). Each sends back its hosts' outcomes and messages as JSON lines; a signal to this
-    process is passed on to them, and each stops its own hosts as _run_one/_check_one do."""
-    from runbook_runner.fleet.fanout import fan_out_processes
-
-    outcomes: list[HostOutcome] = []
-    told: list[bool] = []
-
-    def tick() -> None:
-        _announce_stop(out, stop, told)
-        messages.drain(out)
-        if out.tty:
-            out.live(summary.progress(len(outcomes), len(hosts), outcomes))
-
-    def encode(outcome: HostOutcome) -> str:  # in the worker: its messages go along
-        said: list[str] = []
-        while not messages.lines.empty():
-            said.append(messages.lines.get_nowait())
-        return json.dumps({"said": said, **outcome.to_json()})
-
-    def decode(text: str) -> HostOutcome:  # here
-        record = json.loads(text)
-        for line in record.pop("said", ()):
-            messages.put(line)
-        return _decode_outcome(record)
-
-    tick()
-    for outcome in fan_out_processes(
-        hosts,
-        work,
-        workers,
-        forks,
-        encode=encode,
-        decode=decode,
-        signalled=lambda: stop.signum,
-        tick=tick,
-    ):
-        outcomes.append(outcome)
-        if jsonl:
-            print(json.dumps(outcome.to_json()), flush=True)
-    messages.drain(out)
-    out.end_live()
-    seen = {o.host for o in outcomes}
-    for host in hosts:  # a worker that died (killed, out of memory) leaves its hosts untold
-        if host.name not in seen:
-            line = "internal error: its worker process ended before this host's result"
-            lost = HostOutcome(host.name, summary.ERROR, ExitCode.INTERNAL, line, 0.0, {})
-            outcomes.append(lost)
-    return outcomes
-
-
-def _decode_outcome(record: dict[str, Any]) -> HostOutcome:
-    return HostOutcome(
-        record.pop("host"),
-        record.pop("outcome"),
-        ExitCode(record.pop("exit_code")),
-        record.pop("summary"),
-        float(record.pop("duration_s")),
-        record,
-    )
-
-
-def _in_order(outcomes: Sequence[HostOutcome], hosts: Sequence[FleetHost]) -> list[HostOutcome]:
+def in_order(outcomes: Sequence[HostOutcome], hosts: Sequence[FleetHost]) -> list[HostOutcome]:
     position = {host.name: index for index, host in enumerate(hosts)}
     return sorted(outcomes, key=lambda o: position.get(o.host, len(position)))
 
 
-def _print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None:
+def print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None:
     from runbook_runner.fleet.selection import fold
 
     for hosts, code, line in summary.grouped(outcomes, fold):
@@ -507,107 +323,7 @@ def _print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None
     out.line(summary.totals(outcomes))
 
 
-# -- run: a rollout -------------------------------------------------------------------------
-
-
-def fleet_run(args: argparse.Namespace) -> int:
-    from runbook_runner.fleet.rollout import batches, may_continue
-    from runbook_runner.format.parameters import gpu_range, resolve_parameters
-
-    for option, given in (("--journal", args.journal), ("--resume", args.resume)):
-        if given:
-            raise UsageError(
-                f"{option} is for one host; on many hosts each gets its own journal",
-                "runbook run",
-            )
-    if args.json and args.jsonl:
-        raise UsageError("--json or --jsonl, not both", "runbook run")
-    if args.serial < 1:
-        raise UsageError("--serial must be at least 1", "runbook run")
-    if args.max_fail is not None and args.max_fail < 1:
-        raise UsageError("--max-fail must be at least 1", "runbook run")
-    try:
-        hosts = _select(args)
-    except _Stop:
-        return ExitCode.BAD_INPUT
-    runbook = cli_host.load_named(args)
-    params = resolve_parameters(
-        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
-    )
-    if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
-        raise UsageError(
-            f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r}",
-            "runbook run",
-        )
-    out = console.Output(args.json or args.jsonl)
-    messages = _Messages()
-    mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
-    plan = batches(hosts, args.serial)
-    out.line(
-        f"{runbook.name} on {render.plural(len(hosts), 'host')}, {args.serial} at a time "
-        f"({render.plural(len(plan), 'batch', 'batches')}){mode}"
-    )
-    asks = runbook.destructive and not args.dry_run and not args.yes and sys.stdin.isatty()
-    outcomes: list[HostOutcome] = []
-    stopped: str | None = None
-    stop = Stop()
-    with _signals_stop(stop):
-        for number, batch in enumerate(plan, 1):
-            if stop.stopped:
-                break
-            failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
-            if not may_continue(failures, args.max_fail):
-                stopped = f"not started — {_count(failures)} failed (--max-fail {args.max_fail})"
-                break
-            approved = args.yes
-            if asks:
-                messages.drain(out)
-                try:
-                    stop.raise_here = True
-                    if stop.stopped:
-                        break
-                    answer = _ask_batch(out, runbook, args, batch, number, len(plan))
-                except Interrupted:
-                    break
-                finally:
-                    stop.raise_here = False
-                if not answer:
-                    rest = [host for later in plan[number - 1 :] for host in later]
-                    line = f"not started — batch {number} was declined"
-                    outcomes += _not_started(rest, line, ExitCode.DECLINED)
-                    break
-                approved = True
-
-            def work(host: FleetHost, approved: bool = approved) -> HostOutcome:
-                return _run_one(args, runbook, params, host, messages, approved, stop.for_host())
-
-            outcomes += _gather(
-                out,
-                messages,
-                stop,
-                batch,
-                work,
-                len(batch),
-                jsonl=args.jsonl,
-                done_before=outcomes,
-                total=len(hosts),
-            )
-        if stop.stopped:
-            started = {o.host for o in outcomes}
-            for host in hosts:
-                if host.name not in started:
-                    outcomes.append(_not_started_outcome(host, stop, (args, runbook, params)))
-        elif stopped is not None:
-            started = {o.host for o in outcomes}
-            outcomes += _not_started(
-                [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
-            )
-        _print_summary(out, _in_order(outcomes, hosts))
-        code = _fleet_end(args, runbook, params, hosts, outcomes, dry_run=args.dry_run)
-        return _interrupted_exit(out, stop, outcomes) if stop.stopped else code
-
-
-def _fleet_end(
+def fleet_end(
     args: argparse.Namespace,
     runbook: Any,
     params: dict[str, Any],
@@ -625,21 +341,21 @@ def _fleet_end(
             "ok": code == ExitCode.OK,
             "exit_code": int(code),
             "summary": summary.totals(outcomes),
-            "hosts": [o.to_json() for o in _in_order(outcomes, hosts)],
+            "hosts": [o.to_json() for o in in_order(outcomes, hosts)],
         }
         print(json.dumps(document, indent=2))
     return code
 
 
-def _count(hosts: int) -> str:
+def count(hosts: int) -> str:
     return "1 host" if hosts == 1 else f"{hosts} hosts"
 
 
-def _not_started(hosts: Sequence[FleetHost], line: str, code: ExitCode) -> list[HostOutcome]:
+def not_started(hosts: Sequence[FleetHost], line: str, code: ExitCode) -> list[HostOutcome]:
     return [HostOutcome(h.name, summary.NOT_STARTED, code, line, 0.0, {"ok": False}) for h in hosts]
 
 
-def _not_started_outcome(
+def not_started_outcome(
     host: FleetHost,
     stop: Stop,
     journalled: tuple[argparse.Namespace, Runbook, dict[str, Any]] | None = None,
@@ -652,7 +368,7 @@ def _not_started_outcome(
     if journalled is not None:
         args, runbook, params = journalled
         try:
-            record["journal"] = str(_journal_not_started(args, runbook, params, host, name))
+            record["journal"] = str(journal_not_started(args, runbook, params, host, name))
         except JournalError as error:
             record["journal_error"] = str(error)
     return HostOutcome(
@@ -665,7 +381,7 @@ def _not_started_outcome(
     )
 
 
-def _journal_not_started(
+def journal_not_started(
     args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, name: str
 ) -> Path:
     return session.record_not_started(
@@ -677,188 +393,3 @@ def _journal_not_started(
         dry_run=args.dry_run,
         signal_name=name,
     )
-
-
-def _ask_batch(
-    out: console.Output,
-    runbook: Runbook,
-    args: argparse.Namespace,
-    batch: Sequence[FleetHost],
-    number: int,
-    total: int,
-) -> bool:
-    """One question for a batch: which hosts, which destructive steps may run on each."""
-    from runbook_runner.fleet.selection import fold
-
-    names = fold(h.name for h in batch)
-    out.line(
-        out.style(
-            f"Batch {number}/{total}: {_count(len(batch))}: {printable(names)}", "yellow", "bold"
-        )
-    )
-    out.line("  Destructive steps that run where the goal does not hold yet:")
-    for step in runbook.steps:
-        if not step.destructive:
-            continue
-        note = ""
-        if step.reboots and not args.allow_reboot:
-            note = " (reboots: not run without --allow-reboot)"
-        out.line(f"    {step.id}: {step.title} (affects {step.affects}){note}")
-        if step.run is not None:
-            out.line(f"      $ {step.run.source}")
-    try:
-        answer = input(f"  Run on {'this host' if len(batch) == 1 else 'these hosts'}? [y/N] ")
-    except EOFError:
-        answer = ""
-    return answer.strip().lower() in {"y", "yes"}
-
-
-class _BatchConsent:
-    """A fleet's consent (the run session's, for each host): nobody is asked on a host. A
-    destructive step runs with --yes or the batch's answer, a reboot with --allow-reboot;
-    the journal says 'not asked', and why, where neither was given."""
-
-    def __init__(self, approved: bool, *, yes: bool, allow_reboot: bool) -> None:
-        self.approved, self.yes, self.allow_reboot = approved, yes, allow_reboot
-        self.refusals: list[str] = []
-        self.reboot_blocked = False
-
-    def __call__(self, request: ConfirmRequest) -> Answer:
-        from runbook_runner.events import Answer
-
-        step = request.step
-        if step.reboots:
-            if self.allow_reboot:
-                return Answer(True, "--allow-reboot", asked=False)
-            self.reboot_blocked = True
-            self.refusals.append(f"step {step.id!r} reboots the host: needs --allow-reboot")
-            return Answer(False, "needs --allow-reboot", asked=False)
-        if self.yes:
-            return Answer(True, "--yes", asked=False)
-        if self.approved:
-            return Answer(True, f"confirmed by {getpass.getuser()} for its batch")
-        self.refusals.append(
-            f"step {step.id!r} is destructive and needs a confirmation: "
-            "run from a terminal, or with --yes"
-        )
-        return Answer(False, "no terminal to ask (use --yes)", asked=False)
-
-    def answered_by(self, request: ConfirmRequest, answer: Answer) -> str:
-        return getpass.getuser() + (" (--yes)" if self.yes else " (batch confirmation)")
-
-
-def _run_one(
-    args: argparse.Namespace,
-    runbook: Runbook,
-    params: dict[str, Any],
-    host: FleetHost,
-    messages: _Messages,
-    approved: bool,
-    stop: HostStop,
-) -> HostOutcome:
-    """One host's run: connect, then the run session (session.py) as on one host, with the
-    fleet's stop in place of the signal handler; its outcome as one line of the summary."""
-    from runbook_runner.cli.outcomes import run_code
-    from runbook_runner.events import StepDone
-    from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
-
-    started = time.monotonic()
-    if stop.stop.stopped:
-        return _not_started_outcome(host, stop.stop, (args, runbook, params))
-    consent = _BatchConsent(approved, yes=args.yes, allow_reboot=args.allow_reboot)
-    numbers = {step.id: index for index, step in enumerate(runbook.steps, 1)}
-    style = render.Style(False)
-
-    def on_event(event: session.SessionEvent) -> None:
-        if isinstance(event, session.JournalOpened):
-            messages.put(f"{host.name}: journal: {event.path}")
-        elif isinstance(event, StepDone):
-            line = render.step_line(event.record, numbers[event.step.id], len(runbook.steps), style)
-            messages.put(f"{host.name}: {printable(line.strip())}")
-
-    try:
-        with _connect(args, host, messages, stop) as transport:
-            if stop.stop.stopped:  # connected after the stop: nothing runs here
-                return _not_started_outcome(host, stop.stop, (args, runbook, params))
-            # Named as the inventory or node set names the host (gpu07), not by its address.
-            named = dataclasses.replace(transport.target, host=host.name)
-            outcome = session.run(
-                session.RunRequest(
-                    runbook,
-                    params,
-                    transport,
-                    consent,
-                    session.JournalPolicy(cli_host.journal_folder()),
-                    getpass.getuser(),
-                    names=session.HostNames(named.label, host.name, host.name),
-                    lock=session.LockPolicy(True, args.break_lock),
-                    dry_run=args.dry_run,
-                    from_step=args.from_step,
-                    allow_node_wide=getattr(args, "allow_node_wide", False),
-                    on_event=on_event,
-                    sleep=stop.sleep,
-                )
-            )
-    except Interrupted:  # stopped while connecting: its run never began
-        return _not_started_outcome(host, stop.stop, (args, runbook, params))
-    except TransportError as error:
-        return _transport_outcome(args, host, error, started)
-    except Exception as error:  # one host's surprise must not end the rollout's accounting
-        return _error_outcome(host, error, started)
-    journal_path = str(outcome.journal) if outcome.journal is not None else ""
-    raised = outcome.error
-    if isinstance(raised, Interrupted) and outcome.journal is None:
-        return _not_started_outcome(host, stop.stop, (args, runbook, params))
-    if isinstance(raised, Interrupted):
-        return _interrupted_outcome(host, raised, started, {"journal": journal_path})
-    if isinstance(raised, HostLocked | LockUnavailable):
-        return HostOutcome(
-            host.name,
-            summary.LOCKED,
-            ExitCode.LOCKED,
-            f"locked — {raised}",
-            time.monotonic() - started,
-            {"ok": False, "error": str(raised), "journal": journal_path},
-        )
-    if isinstance(raised, TransportError):
-        return _transport_outcome(args, host, raised, started)
-    if isinstance(raised, Exception):
-        return _error_outcome(host, raised, started, {"journal": journal_path or None})
-    if raised is not None:
-        raise raised  # a KeyboardInterrupt that is no fleet stop: as on one host
-    report = outcome.report
-    assert report is not None
-    record: dict[str, Any] = {
-        "ok": report.ok,
-        "reached_by": report.reached_by,
-        "journal": journal_path,
-        "checks": [cli_host.check_json(r, report.runbook) for r in report.after.results]
-        if report.after
-        else [],
-        "steps": [r.to_json() for r in report.steps],
-    }
-    elapsed = time.monotonic() - started
-    code = run_code(report, dry_run=args.dry_run, reboot_blocked=consent.reboot_blocked)
-    kind = summary.KIND_OF_CODE[code]
-    if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
-        line = f"stopped: cannot tell — before {report.blocked.id}"
-        return HostOutcome(
-            host.name, kind, code, line, elapsed, {**record, "blocked": report.blocked.message}
-        )
-    if report.declined:
-        reason = consent.refusals[0] if consent.refusals else "declined"
-        return HostOutcome(
-            host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
-        )
-    if args.dry_run:
-        return HostOutcome(host.name, kind, code, "planned (dry run)", elapsed, record)
-    if report.ok:
-        how = f"reached by {report.reached_by}" if report.reached_by else "held already"
-        return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
-    stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
-    line = "goal NOT reached"
-    if stopped:
-        line += f" — step {stopped[-1].id} {stopped[-1].status.replace('_', ' ')}"
-    if report.failing:
-        line += "; " + _checks_line(report.failing)
-    return HostOutcome(host.name, kind, code, line, elapsed, record)
