@@ -103,7 +103,8 @@ def test_an_error_in_a_hosts_run_releases_its_lock_and_is_journalled_as_an_error
     pair, argv, capsys, monkeypatch, run_journals_in_tmp
 ):
     """(a) and (b): a bug while a host runs leaves no lock behind, and its journal says
-    'error' with the error, never 'interrupted' (nothing was interrupted)."""
+    'error' with the error, never 'interrupted' (nothing was interrupted). The fleet's copy
+    of the lifecycle already did both when the session replaced it: this keeps them so."""
     held = crash_after_the_lock(monkeypatch, ZeroDivisionError("injected"))
     code = main([*argv, "--hosts", "gpu[1-2]", "--serial", "2", "--yes"])
     out, _ = capsys.readouterr()
@@ -122,8 +123,8 @@ def test_an_error_in_a_hosts_run_releases_its_lock_and_is_journalled_as_an_error
 def test_a_transport_error_in_a_hosts_run_is_journalled_as_what_it_was(
     pair, argv, capsys, monkeypatch, run_journals_in_tmp
 ):
-    """(b): a connection lost mid-run is an error of that host (exit 3), journalled as such
-    with the same run-end as one host journals."""
+    """(b): a connection lost mid-run is an error of that host (exit 3), journalled as such,
+    in the same run-end line as one host journals (the fleet's copy left out stopped_by)."""
     from runbook_runner.errors import ConnectionLost
 
     crash_after_the_lock(monkeypatch, ConnectionLost("the connection dropped"))
@@ -189,14 +190,18 @@ def test_a_refused_reboot_is_journalled_as_not_asked_on_a_fleet(
 
 
 def test_the_fleet_uses_the_session_not_the_host_commands_private_parts():
-    """(d): one lifecycle, in session.py: the fleet's code reaches no private name of the
-    one-host command module (its journal and lock were copied from there before)."""
+    """(d): one lifecycle, in session.py: no CLI module takes a host lock or writes a run's
+    end itself, and none reaches a private name of the one-host command module (the
+    fleet's journal and lock came from there before)."""
     import ast
 
     import runbook_runner.cli as cli_package
 
     folder = Path(cli_package.__file__).parent
     for path in folder.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "HostLock(" not in text, path.name
+        assert '"run-end"' not in text, path.name
         if path.name == "host.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
