@@ -24,13 +24,14 @@ from runbook_runner.errors import (
 from runbook_runner.format.template import quote
 from runbook_runner.ssh import batch
 from runbook_runner.ssh.batch import BatchCommand
+from runbook_runner.ssh.config import resolve_target
 from runbook_runner.ssh.hostkeys import (
     fingerprint,
     host_key_changed,
     record_host_key,
     unknown_host_key,
 )
-from runbook_runner.ssh.target import SshTarget, resolve_target
+from runbook_runner.ssh.target import SshTarget
 
 __all__ = [
     "BatchCommand",

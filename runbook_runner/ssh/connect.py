@@ -36,8 +36,9 @@ from runbook_runner.errors import (
     Unreachable,
 )
 from runbook_runner.ssh import knownhosts
-from runbook_runner.ssh.config import OPENSSH_DEFAULT_ALGORITHMS, SshTarget
+from runbook_runner.ssh.fallback import OPENSSH_DEFAULT_ALGORITHMS
 from runbook_runner.ssh.hostkeys import record_host_key
+from runbook_runner.ssh.target import SshTarget
 
 PassphrasePrompt = Callable[[str], str | None]
 Notice = Callable[[str], None]
