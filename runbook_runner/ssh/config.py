@@ -3,9 +3,6 @@
 When an OpenSSH client is installed, ``ssh -G [-F FILE] [-l USER] [-p PORT] HOST``
 prints the effective configuration for the host (Include, Match, tokens,
 canonicalisation, first-match-wins: all done by OpenSSH itself, without touching
-the network). Without one, paramiko's parser stands in, and any option it cannot
-honour that changes where or how securely we connect is refused by name.
-
 the network). Without one, paramiko's parser stands in (:mod:`fallback`), and any
 option it cannot honour that changes where or how securely we connect is refused by
 name (:mod:`options`).
