@@ -3,19 +3,22 @@
 A remote command that exits non-zero is data (:class:`CommandResult`); only the
 transport failing raises (:class:`TransportError` and its kinds), each with a
 hint that says what to do.
+
+This module is the connection and what runs through it (one command, a held one, a
+batch, sudo, stalls, reconnecting); what a command did is :mod:`runbook_runner.commandresult`,
+one channel's reading and process-group handling is :mod:`runbook_runner.ssh.channel`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 
 import paramiko
 
+from runbook_runner.commandresult import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
 from runbook_runner.errors import (
     ConnectionLost,
     Interrupted,
@@ -24,19 +27,34 @@ from runbook_runner.errors import (
 from runbook_runner.format.template import quote
 from runbook_runner.ssh import batch
 from runbook_runner.ssh.batch import BatchCommand
+from runbook_runner.ssh.channel import (
+    announcing_pgid,
+    close_quietly,
+    drain,
+    end_group_script,
+    final_status,
+    no_check,
+    pgid_mark,
+    wait_for_pgid,
+    wait_ready,
+)
+from runbook_runner.ssh.config import resolve_target
 from runbook_runner.ssh.hostkeys import (
     fingerprint,
     host_key_changed,
     record_host_key,
     unknown_host_key,
 )
-from runbook_runner.ssh.target import SshTarget, resolve_target
+from runbook_runner.ssh.target import SshTarget
 
 __all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
     "BatchCommand",
     "CommandResult",
+    "Held",
     "SshTarget",
     "SshTransport",
+    "TailBuffer",
     "fingerprint",
     "record_host_key",
     "resolve_target",
@@ -46,67 +64,7 @@ __all__ = [
 # paramiko logs socket errors itself; the runner reports transport failures as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes kept per stream; the tail is what matters
-_PGID_MARK = "rbr-pgid:"
-
-
-class TailBuffer:
-    """Keeps the last ``limit`` bytes of a stream and counts all of them."""
-
-    HEAD = 256  # the first bytes are kept too: they carry the process-group mark
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self.head = b""
-        self._data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        if len(self.head) < self.HEAD:
-            self.head += chunk[: self.HEAD - len(self.head)]
-        self.size += len(chunk)
-        self._data += chunk
-        if len(self._data) > 2 * self.limit:
-            del self._data[: len(self._data) - self.limit]
-
-    def bytes(self) -> bytes:
-        return bytes(self._data[-self.limit :]) if self.limit else b""
-
-    @property
-    def truncated(self) -> bool:
-        return self.size > self.limit
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command did. Output is decoded with replacement: never fatal."""
-
-    command: str
-    exit_status: int | None  # None when it timed out or the host did not say
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    stdout_size: int = 0
-    stderr_size: int = 0
-
-    @property
-    def truncated(self) -> bool:
-        return self.stdout_size > len(self.stdout.encode()) or self.stderr_size > len(
-            self.stderr.encode()
-        )
-
-
-@dataclass(frozen=True)
-class Held:
-    """A command started by :meth:`SshTransport.hold`: still running (``channel`` set) once it
-    printed its ready line, else ended with ``exit_status``."""
-
-    exit_status: int | None
-    stdout: str
-    stderr: str
-    channel: paramiko.Channel | None = None
-
+STALL_PROBE_S = 5.0  # after a wait ran out, the host has max(ConnectTimeout, this) to answer
 
 PassphrasePrompt = Callable[[str], str | None]
 
@@ -140,7 +98,7 @@ class SshTransport:
         self.after_reconnect: list[Callable[[], None]] = []
         # Asked while a command runs; raises Interrupted to stop it as a signal would (a
         # fleet's worker threads get no signals: the main thread's stop reaches them here).
-        self.interrupt_check: Callable[[], None] = _no_check
+        self.interrupt_check: Callable[[], None] = no_check
 
     # -- connecting ------------------------------------------------------------
 
@@ -183,13 +141,11 @@ class SshTransport:
         typed = None
         if as_root and not self.is_root:
             command, typed = self._through_sudo(command)
-        # The login shell is a session leader (sshd calls setsid): its PID is the
-        # process group to end if the command outlives its timeout.
-        wrapped = f"printf '%s%s\\n' {_PGID_MARK} $$ >&2; {command}"
+        wrapped = announcing_pgid(command)
         started = time.monotonic()
         out, err = TailBuffer(output_limit), TailBuffer(output_limit)
         channel = self._open_channel("running a command", "the command was not sent")
-        try:
+        with self._sent(channel, err, "running a command", as_root and not self.is_root):
             # Bytes, not str: a value given on the command line may hold bytes that are not
             # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
             channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
@@ -198,24 +154,8 @@ class SshTransport:
             # Nothing else is ever typed into a command: a command (or a sudo asking for a
             # password) that reads stdin gets end-of-file at once, not a wait until its timeout.
             channel.shutdown_write()
-            timed_out = _drain(channel, started + timeout, out, err, self.interrupt_check)
-            exit_status = None if timed_out else channel.recv_exit_status()
-            if exit_status == -1 and not channel.get_transport().is_active():
-                # paramiko reports -1 when the connection died before the exit status came.
-                raise EOFError("the connection closed before the command ended")
-        except KeyboardInterrupt as interrupt:
-            # Ctrl-C, SIGTERM or SIGHUP: the command must not outlive the operator's run.
-            pgid = self._end_after_interrupt(channel, err, as_root and not self.is_root)
-            if isinstance(interrupt, Interrupted):
-                interrupt.ended_on_host = pgid
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as error:
-            raise ConnectionLost(
-                f"{self.target.label}: connection lost while running a command ({error})",
-                "check the host; re-run, or resume the run",
-            ) from None
-        finally:
-            _close_quietly(channel)
+            timed_out = drain(channel, started + timeout, out, err, self.interrupt_check)
+            exit_status = final_status(channel, timed_out, "the command")
         if timed_out:
             self._stalled_unless_answering(
                 "running a command",
@@ -224,7 +164,7 @@ class SshTransport:
             )
         else:
             self._last_finished = (command, exit_status)
-        pgid, mark_size = _pgid_mark(err.head)
+        pgid, mark_size = pgid_mark(err.head)
         stderr_bytes = err.bytes()
         if not err.truncated:  # the mark is still at the front of what we kept
             stderr_bytes = stderr_bytes[mark_size:]
@@ -241,22 +181,39 @@ class SshTransport:
             stderr_size=err.size - mark_size,
         )
 
+    @contextlib.contextmanager
+    def _sent(
+        self,
+        channel: paramiko.Channel,
+        err: TailBuffer,
+        doing: str,
+        use_sudo: bool,
+        session: bool = False,
+    ) -> Iterator[None]:
+        """Around a command on ``channel``: Ctrl-C, SIGTERM or SIGHUP ends its process group
+        on the host (it must not outlive the operator's run); a connection that fails is
+        :class:`ConnectionLost` naming what it was ``doing``; the channel is closed after."""
+        try:
+            yield
+        except KeyboardInterrupt as interrupt:
+            pgid = self._end_after_interrupt(channel, err, use_sudo, session)
+            if isinstance(interrupt, Interrupted):
+                interrupt.ended_on_host = pgid
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            raise ConnectionLost(
+                f"{self.target.label}: connection lost while {doing} ({error})",
+                "check the host; re-run, or resume the run",
+            ) from None
+        finally:
+            close_quietly(channel)
+
     def _end_after_interrupt(
         self, channel: paramiko.Channel, err: TailBuffer, use_sudo: bool, session: bool = False
     ) -> str | None:
         """End the interrupted command's process group; its id, or None if it never started."""
         with contextlib.suppress(paramiko.SSHException, OSError, EOFError, TransportError):
-            pgid, _ = _pgid_mark(err.head)
-            deadline = time.monotonic() + 2.0
-            while pgid is None and not channel.closed and time.monotonic() < deadline:
-                # The mark is the first thing the remote shell prints: wait a moment for it.
-                if channel.recv_stderr_ready():
-                    err.add(channel.recv_stderr(65536))
-                    pgid, _ = _pgid_mark(err.head)
-                else:
-                    select.select([channel], [], [], 0.05)
-                    while channel.recv_ready():
-                        channel.recv(65536)
+            pgid = wait_for_pgid(channel, err)
             if pgid is None:
                 return None
             self._end_process_group(pgid, use_sudo, session)
@@ -273,37 +230,24 @@ class SshTransport:
         deadline = time.monotonic() + timeout
         try:
             channel.exec_command(command.encode("utf-8", "surrogateescape"))
-            while True:
-                while channel.recv_ready():
-                    out.add(channel.recv(65536))
-                while channel.recv_stderr_ready():
-                    err.add(channel.recv_stderr(65536))
-                text = out.bytes()
-                if marker in text:
-                    before = text[: text.index(marker)].decode("utf-8", "replace")
-                    return Held(None, before, err.bytes().decode("utf-8", "replace"), channel)
-                ended = channel.closed or (channel.eof_received and channel.exit_status_ready())
-                if ended and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    status = channel.recv_exit_status()
-                    _close_quietly(channel)
-                    return Held(
-                        status,
-                        text.decode("utf-8", "replace"),
-                        err.bytes().decode("utf-8", "replace"),
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    _close_quietly(channel)
-                    self._stalled_unless_answering(
-                        "taking the lock", f"the lock was not taken in {timeout:g}s"
-                    )
-                    return Held(None, text.decode("utf-8", "replace"), "timed out")
-                if channel.eof_received:
-                    channel.status_event.wait(min(remaining, 0.2))
-                else:
-                    select.select([channel], [], [], min(remaining, 0.2))
+            outcome, status = wait_ready(channel, marker, deadline, out, err)
+            text = out.bytes()
+            if outcome == "ready":
+                before = text[: text.index(marker)].decode("utf-8", "replace")
+                return Held(None, before, err.bytes().decode("utf-8", "replace"), channel)
+            close_quietly(channel)
+            if outcome == "ended":
+                return Held(
+                    status,
+                    text.decode("utf-8", "replace"),
+                    err.bytes().decode("utf-8", "replace"),
+                )
+            self._stalled_unless_answering(
+                "taking the lock", f"the lock was not taken in {timeout:g}s"
+            )
+            return Held(None, text.decode("utf-8", "replace"), "timed out")
         except (paramiko.SSHException, OSError, EOFError) as error:
-            _close_quietly(channel)
+            close_quietly(channel)
             raise ConnectionLost(
                 f"{self.target.label}: connection lost while taking the lock ({error})",
                 "check the host; re-run, or resume the run",
@@ -331,38 +275,22 @@ class SshTransport:
         # Room for every command's kept output on both streams, plus the headers.
         room = 2 * output_limit * len(wanted) + 256 * len(wanted) + 4096
         out, err = TailBuffer(room), TailBuffer(room)
-        try:
+        sudo = any(c.as_root for c in wanted) and not self.is_root
+        with self._sent(channel, err, "running commands", sudo, session=True):
             channel.exec_command(text.encode("utf-8", "surrogateescape"))
             channel.shutdown_write()
-            timed_out = _drain(
+            timed_out = drain(
                 channel, started + batch.deadline(wanted), out, err, self.interrupt_check
             )
-            exit_status = None if timed_out else channel.recv_exit_status()
-            if exit_status == -1 and not channel.get_transport().is_active():
-                raise EOFError("the connection closed before the commands ended")
-        except KeyboardInterrupt as interrupt:
-            # As in run(): the observations must not outlive the operator's run.
-            sudo = any(c.as_root for c in wanted) and not self.is_root
-            pgid = self._end_after_interrupt(channel, err, sudo, session=True)
-            if isinstance(interrupt, Interrupted):
-                interrupt.ended_on_host = pgid
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as error:
-            raise ConnectionLost(
-                f"{self.target.label}: connection lost while running commands ({error})",
-                "check the host; re-run, or resume the run",
-            ) from None
-        finally:
-            _close_quietly(channel)
+            exit_status = final_status(channel, timed_out, "the commands")
         duration = time.monotonic() - started
         if timed_out:
             self._stalled_unless_answering(
                 "observing the host",
                 f"{len(wanted)} observation commands had not ended in {batch.deadline(wanted):g}s",
             )
-            pgid, _ = _pgid_mark(err.head)
+            pgid, _ = pgid_mark(err.head)
             if pgid:
-                sudo = any(c.as_root for c in wanted) and not self.is_root
                 self._end_process_group(pgid, sudo, session=True)
             return [
                 CommandResult(batch.as_sent(c, self.is_root), None, "", "", duration, True)
@@ -446,7 +374,7 @@ class SshTransport:
             probe = transport.open_session(timeout=within)
         except (paramiko.SSHException, OSError, EOFError):
             return False
-        _close_quietly(probe)
+        close_quietly(probe)
         return True
 
     def _stalled_unless_answering(self, phase: str, what: str) -> None:
@@ -470,22 +398,8 @@ class SshTransport:
         return f"; the command before it had finished on the host (exit {status}): {shown}"
 
     def _end_process_group(self, pgid: str, use_sudo: bool, session: bool = False) -> None:
-        """End a command's process group; ``session``: every group of its session too (a
-        batch runs each command under ``timeout``, which gives it a group of its own)."""
-        leader = int(pgid)
-        # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept.
-        groups = (
-            f"g=$(ps -o pgid= -s {leader} 2>/dev/null | sort -u); g=${{g:-{leader}}}; "
-            if session
-            else f"g={leader}; "
-        )
-        # A short grace after TERM, then KILL: the caller's timeout is kept within a second.
-        script = (
-            groups + "for p in $g; do kill -TERM -$p 2>/dev/null; done; i=0; "
-            "while [ $i -lt 5 ]; do a=; for p in $g; do kill -0 -$p 2>/dev/null && a=1; done; "
-            '[ -n "$a" ] || break; sleep 0.1; i=$((i+1)); done; '
-            "for p in $g; do kill -KILL -$p 2>/dev/null; done; true"
-        )
+        """End a command's process group (and with ``session``, its session's groups)."""
+        script = end_group_script(pgid, session)
         typed = None
         if use_sudo:
             script, typed = self._through_sudo(script)
@@ -495,9 +409,9 @@ class SshTransport:
             if typed is not None:
                 channel.sendall(typed)
             channel.shutdown_write()
-            _drain(channel, time.monotonic() + 2, TailBuffer(4096), TailBuffer(4096))
+            drain(channel, time.monotonic() + 2, TailBuffer(4096), TailBuffer(4096))
         finally:
-            _close_quietly(channel)
+            close_quietly(channel)
 
     def alive(self) -> bool:
         """Does the connection still carry a command? (False once the host went down.)"""
@@ -532,79 +446,3 @@ class SshTransport:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _close_quietly(channel: paramiko.Channel) -> None:
-    """Closing a channel writes to the socket, which may be gone already (a reboot)."""
-    with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
-        channel.close()
-
-
-def _local_user() -> str:
-    import getpass
-
-    return getpass.getuser()
-
-
-EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
-STALL_PROBE_S = 5.0  # after a wait ran out, the host has max(ConnectTimeout, this) to answer
-
-
-def _no_check() -> None:
-    pass
-
-
-def _drain(
-    channel: paramiko.Channel,
-    deadline: float,
-    out: TailBuffer,
-    err: TailBuffer,
-    check: Callable[[], None] = _no_check,
-) -> bool:
-    """Read stdout and stderr together until the command ends or the deadline passes;
-    True when it timed out. ``check`` is asked at least every half second (it may raise).
-
-    Reading both streams in one loop is what keeps a chatty command from
-    filling one window while we wait on the other (paramiko's recv_exit_status
-    warns about exactly that hang). The exit status is the end: a background child
-    that keeps stdout open gets a short grace for its output, then is left behind.
-    """
-    exited_at: float | None = None
-    while True:
-        check()
-        progressed = False
-        while channel.recv_ready():
-            out.add(channel.recv(65536))
-            progressed = True
-        while channel.recv_stderr_ready():
-            err.add(channel.recv_stderr(65536))
-            progressed = True
-        # sshd may report the exit status before the last of the output: the end is
-        # EOF (after all data on both streams) plus the status, with nothing left to read.
-        finished = channel.closed or (channel.eof_received and channel.exit_status_ready())
-        if finished and not channel.recv_ready() and not channel.recv_stderr_ready():
-            return False
-        now = time.monotonic()
-        if channel.exit_status_ready():
-            exited_at = now if exited_at is None else exited_at
-            if now - exited_at >= EXIT_GRACE_S:
-                return False
-        remaining = deadline - now
-        if remaining <= 0:
-            return True
-        if channel.eof_received and not channel.exit_status_ready():
-            # All output is in; only the exit status is still on its way. The channel's
-            # pipe stays readable after EOF, so selecting on it would spin: wait for the status.
-            channel.status_event.wait(min(remaining, 0.5))
-        elif not progressed:
-            wait = min(remaining, 0.5 if exited_at is None else EXIT_GRACE_S / 3)
-            select.select([channel], [], [], wait)
-
-
-def _pgid_mark(head: bytes) -> tuple[str | None, int]:
-    """The process group announced on stderr's first line, and that line's size."""
-    first, newline, _ = head.partition(b"\n")
-    if newline and first.startswith(_PGID_MARK.encode()):
-        pgid = first[len(_PGID_MARK) :].decode("ascii", "replace").strip()
-        return (pgid if pgid.isdigit() else None), len(first) + 1
-    return None, 0

@@ -1,48 +1,29 @@
 """Opening an authenticated SSH connection the way OpenSSH would, for a resolved target.
 
-The route (ProxyJump hops, ProxyCommand, or a TCP socket), the algorithms the
-user's config allows, the host key checked against known_hosts as OpenSSH reads it
-(:mod:`runbook_runner.ssh.knownhosts`), then the keys offered in OpenSSH's order: the
-agent's (only those named by IdentityFile when IdentitiesOnly is set), then the
-remaining identity files.
+The route (ProxyJump hops, ProxyCommand, or a TCP socket), the algorithms the user's
+config allows, the handshake and keepalives (ServerAliveInterval). The host key is
+decided in :mod:`runbook_runner.ssh.hostkeys` (known_hosts as
+:mod:`runbook_runner.ssh.knownhosts` reads it), the login in :mod:`runbook_runner.ssh.auth`
+(key files read by :mod:`runbook_runner.ssh.keyfiles`).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shlex
 import socket
-import stat
-import struct
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import paramiko
-import paramiko.agent
 
-from runbook_runner import localfile
-from runbook_runner.errors import (
-    AuthenticationFailed,
-    HostKeyChanged,
-    HostKeyRevoked,
-    SshSetupError,
-    TransportError,
-    UnknownHostKey,
-    Unreachable,
-)
+from runbook_runner.errors import SshSetupError, Unreachable
 from runbook_runner.ssh import knownhosts
-from runbook_runner.ssh.config import OPENSSH_DEFAULT_ALGORITHMS, SshTarget
-from runbook_runner.ssh.hostkeys import record_host_key
-
-PassphrasePrompt = Callable[[str], str | None]
-Notice = Callable[[str], None]
-Recorded = Callable[[str, paramiko.PKey], None]
-PASSPHRASE_TRIES = 3
+from runbook_runner.ssh.auth import authenticate
+from runbook_runner.ssh.fallback import OPENSSH_DEFAULT_ALGORITHMS
+from runbook_runner.ssh.hooks import Hooks
+from runbook_runner.ssh.hostkeys import verify_host_key
+from runbook_runner.ssh.target import SshTarget
 
 # Suggested only among what OpenSSH itself enables by default (never CBC or MD5).
 _OPENSSH_DEFAULTS = {
@@ -50,13 +31,6 @@ _OPENSSH_DEFAULTS = {
 }
 # OpenSSH and paramiko spell one algorithm differently.
 _ALIASES = {"curve25519-sha256": "curve25519-sha256@libssh.org"}
-
-
-@dataclass
-class Hooks:
-    passphrase_prompt: PassphrasePrompt | None
-    on_record: Recorded
-    on_notice: Notice
 
 
 def connect_route(
@@ -244,351 +218,6 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
     return client
 
 
-# -- host keys ------------------------------------------------------------------------
-
-
-def blob_fingerprint(blob: bytes) -> str:
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-
-
-def verify_host_key(
-    target: SshTarget, entries: tuple[knownhosts.Entry, ...], key: paramiko.PKey, hooks: Hooks
-) -> None:
-    name = target.host_key_name
-    blob = key.asbytes()
-    offered = f"{key.get_name()} {blob_fingerprint(blob)}"
-    decision = knownhosts.check(entries, name, key.get_name(), blob, target.host_key_plain_name)
-    where = f"{decision.entry.file}:{decision.entry.line}" if decision.entry else ""
-    if decision.verdict is knownhosts.Verdict.KNOWN:
-        return
-    if decision.verdict is knownhosts.Verdict.REVOKED:
-        raise HostKeyRevoked(
-            f"{target.label}: the host offered a REVOKED key {offered} (@revoked at {where})",
-            "do not connect: the key is marked compromised; ask the host's owner",
-        )
-    if decision.verdict is knownhosts.Verdict.CHANGED:
-        assert decision.entry is not None
-        raise HostKeyChanged(
-            f"{target.label}: HOST KEY CHANGED: known_hosts has {decision.entry.key_type} "
-            f"{blob_fingerprint(decision.entry.blob)} ({where}), the host offered {offered}",
-            "someone may be intercepting the connection, or the host was reinstalled: "
-            f"verify out of band, then remove the old line ({where})",
-        )
-    if decision.verdict is knownhosts.Verdict.CA_ONLY:
-        raise UnknownHostKey(
-            f"{target.label}: host certificates are not supported: known_hosts names only a "
-            f"@cert-authority for {name} ({where}), and the host offered the plain key {offered}",
-            "add the host's own key to known_hosts (ssh-keyscan, checked out of band)",
-        )
-    if not target.accept_new_host_key:
-        known = (
-            f" (known_hosts has only {', '.join(decision.other_types)} for it)"
-            if decision.other_types
-            else ""
-        )
-        if target.strict_host_key_checking == "no":
-            raise UnknownHostKey(
-                f"{target.label}: unknown host key {offered}{known}; the ssh config's "
-                "StrictHostKeyChecking no is not followed (it would accept any key, an "
-                "attacker's too)",
-                "check the fingerprint with the host's owner, then re-run with "
-                "--accept-new-host-key (a new key only: a changed one is still refused)",
-            )
-        raise UnknownHostKey(
-            f"{target.label}: unknown host key {offered}{known}",
-            "check the fingerprint with the host's owner, then re-run with --accept-new-host-key",
-        )
-    if not records(target.known_hosts):
-        # UserKnownHostsFile /dev/null: ssh accepts the new key for this connection and
-        # records it nowhere (appending to /dev/null); so do we, without an fsync it refuses.
-        hooks.on_notice(
-            f"{target.label}: accepted the new host key {offered} for this connection only: "
-            f"UserKnownHostsFile is {target.known_hosts}, so it is not recorded"
-        )
-        return
-    record_host_key(target.known_hosts, name, key, hashed=target.hash_known_hosts)
-    hooks.on_record(name, key)
-
-
-def records(known_hosts: Path) -> bool:
-    """Whether a key appended to ``known_hosts`` is kept (not /dev/null or another device)."""
-    try:
-        return not stat.S_ISCHR(known_hosts.stat().st_mode)
-    except OSError:
-        return True  # not there yet: recording creates it
-
-
-# -- authentication --------------------------------------------------------------------
-
-
-@dataclass
-class _Identity:
-    label: str
-    blob: bytes | None  # the public key, when known without the passphrase
-    key: paramiko.PKey | None = None  # an agent key, or the loaded private key
-    path: Path | None = None
-
-
-def _agent_keys(target: SshTarget, hooks: Hooks) -> list[paramiko.AgentKey]:
-    if not target.identity_agent:
-        return []
-    agent = paramiko.agent.AgentSSH()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(target.connect_timeout)
-        sock.connect(target.identity_agent)
-        getattr(agent, "_connect")(sock)  # noqa: B009  # AgentSSH's own socket set-up
-    except (OSError, paramiko.SSHException) as error:
-        sock.close()
-        hooks.on_notice(f"warning: cannot use the SSH agent at {target.identity_agent} ({error})")
-        return []
-    return list(agent.get_keys())
-
-
-def key_file_problem(path: Path) -> str | None:
-    """What is wrong with a private key file, before reading it (None: looks usable)."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return "no such file"
-    except OSError as error:
-        return f"cannot read it ({error.strerror})"
-    if stat.S_ISDIR(info.st_mode):
-        return "a directory, not a key file"
-    if not stat.S_ISREG(info.st_mode):
-        return "not a regular file"
-    if info.st_size > localfile.CONFIG_LIMIT:
-        return f"larger than {localfile.CONFIG_LIMIT // localfile.MiB} MiB: not a key file"
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(64)
-    except OSError as error:
-        return f"cannot read it ({error.strerror})"
-    if path.suffix == ".pub" or head.split(b" ", 1)[0] in _PUBLIC_PREFIXES:
-        return "a public key; give the private key (the file without .pub)"
-    if info.st_uid == os.getuid() and info.st_mode & 0o077:
-        return (
-            f"permissions {stat.S_IMODE(info.st_mode):04o} are too open, so ssh ignores this key; "
-            "chmod 600 it"
-        )
-    return None
-
-
-_PUBLIC_PREFIXES = {
-    b"ssh-ed25519",
-    b"ssh-rsa",
-    b"ssh-dss",
-    b"ecdsa-sha2-nistp256",
-    b"ecdsa-sha2-nistp384",
-    b"ecdsa-sha2-nistp521",
-    b"sk-ssh-ed25519@openssh.com",
-    b"sk-ecdsa-sha2-nistp256@openssh.com",
-}
-
-
-def public_blob(path: Path) -> bytes | None:
-    """The public key of a key file without its passphrase: the .pub, or OpenSSH's header."""
-    pub = Path(f"{path}.pub")
-    try:
-        words = localfile.read_text(pub, localfile.CONFIG_LIMIT, errors="replace").split()
-        if len(words) >= 2:
-            return base64.b64decode(words[1], validate=True)
-    except (OSError, ValueError):
-        pass
-    try:
-        text = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace")
-    except OSError:
-        return None
-    if "BEGIN OPENSSH PRIVATE KEY" in text:
-        header = _openssh_header(text)
-        return header[1] if header else None
-    if is_encrypted(path):
-        return None
-    try:
-        return paramiko.PKey.from_path(path).asbytes()
-    except (*_LOAD_ERRORS, OSError):
-        return None
-
-
-def _public_key_file(path: Path) -> bytes | None:
-    """The key in a public key file ("TYPE BASE64 [comment]"), if it is one."""
-    try:
-        words = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace").split()
-        return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
-    except (OSError, ValueError):
-        return None
-
-
-def _identities(target: SshTarget, hooks: Hooks) -> tuple[list[_Identity], list[str]]:
-    """OpenSSH's pubkey_prepare: agent keys first (file-named ones at their place), then files.
-
-    A public key file (``IdentityFile ~/.ssh/key.pub``, as agents like 1Password suggest)
-    names the agent's key; with no agent holding it, it is skipped (an -i one is an error).
-    """
-    problems: list[str] = []
-    files: list[_Identity] = []
-    public_only: list[_Identity] = []
-    for name in target.identity_files:
-        path = Path(name)
-        problem = key_file_problem(path)
-        if problem is not None and problem.startswith("a public key"):
-            public_only.append(_Identity(str(path), _public_key_file(path), path=path))
-            continue
-        if problem is not None:
-            if name in target.explicit_identities:
-                raise SshSetupError(f"identity file {path}: {problem}", "check -i/--identity")
-            if problem != "no such file":
-                hooks.on_notice(f"warning: identity file {path}: {problem}; skipped")
-                problems.append(f"{path}: {problem}")
-            continue
-        files.append(_Identity(str(path), public_blob(path), path=path))
-    ordered: list[_Identity] = []
-    for agent_key in _agent_keys(target, hooks):
-        blob = agent_key.asbytes()
-        matches = [f for f in files + public_only if f.blob == blob]
-        if matches:
-            files = [f for f in files if f.blob != blob]
-            public_only = [f for f in public_only if f.blob != blob]
-            ordered.append(_Identity(matches[0].label, blob, agent_key))
-        elif not target.identities_only:
-            ordered.append(
-                _Identity(
-                    f"agent key {agent_key.comment or blob_fingerprint(blob)}", blob, agent_key
-                )
-            )
-    for unmatched in public_only:  # no agent holds its private key
-        problem = "a public key, and no SSH agent holds its private key"
-        if unmatched.label in target.explicit_identities:
-            raise SshSetupError(
-                f"identity file {unmatched.label}: {problem}",
-                "give the private key (the file without .pub), or add it to ssh-agent",
-            )
-        hooks.on_notice(f"warning: identity file {unmatched.label}: {problem}; skipped")
-        problems.append(f"{unmatched.label}: {problem}")
-    return ordered + files, problems
-
-
-def is_encrypted(path: Path) -> bool:
-    """Does the key file need a passphrase? (OpenSSH format: its cipher; PEM: its header.)"""
-    try:
-        text = localfile.read_text(path, localfile.CONFIG_LIMIT, errors="replace")
-    except OSError:
-        return False
-    if "BEGIN OPENSSH PRIVATE KEY" in text:
-        header = _openssh_header(text)
-        return header is not None and header[0] != b"none"
-    return "ENCRYPTED" in text
-
-
-def _openssh_header(text: str) -> tuple[bytes, bytes] | None:
-    """(cipher name, public key blob) of an OpenSSH-format private key file."""
-    try:
-        body = "".join(line for line in text.splitlines() if line and not line.startswith("-----"))
-        data = base64.b64decode(body)
-        magic = b"openssh-key-v1\x00"
-        if not data.startswith(magic):
-            return None
-        offset = len(magic)
-        fields: list[bytes] = []
-        for _ in range(3):  # cipher name, kdf name, kdf options
-            (size,) = struct.unpack(">I", data[offset : offset + 4])
-            fields.append(data[offset + 4 : offset + 4 + size])
-            offset += 4 + size
-        offset += 4  # number of keys
-        (size,) = struct.unpack(">I", data[offset : offset + 4])
-        return fields[0], data[offset + 4 : offset + 4 + size]
-    except (ValueError, struct.error):
-        return None
-
-
-_LOAD_ERRORS = (paramiko.SSHException, ValueError, TypeError, struct.error, IndexError)
-
-
-def _load_private(
-    identity: _Identity, target: SshTarget, hooks: Hooks, problems: list[str]
-) -> paramiko.PKey | None:
-    assert identity.path is not None
-    path = identity.path
-    explicit = str(path) in target.explicit_identities
-
-    def unusable(problem: str) -> None:
-        if explicit:
-            raise SshSetupError(f"identity file {path}: {problem}", "check -i/--identity")
-        hooks.on_notice(f"warning: identity file {path}: {problem}; skipped")
-        problems.append(f"{path}: {problem}")
-
-    if not is_encrypted(path):
-        try:
-            return paramiko.PKey.from_path(path)
-        except PermissionError as error:
-            unusable(f"cannot read it ({error.strerror})")
-        except (*_LOAD_ERRORS, OSError) as error:
-            unusable(f"not a private key runbook can read ({error or type(error).__name__})")
-        return None
-    prompt = None if target.batch_mode else hooks.passphrase_prompt
-    for _ in range(PASSPHRASE_TRIES):
-        answer = prompt(f"Enter passphrase for key '{path}': ") if prompt else None
-        if answer is None:
-            problems.append(f"{path} is encrypted and no passphrase was given")
-            return None
-        try:
-            # paramiko wants the passphrase as bytes here (its stubs say str).
-            return paramiko.PKey.from_path(path, answer.encode())  # type: ignore[arg-type]
-        except _LOAD_ERRORS:
-            continue  # a wrong passphrase: paramiko cannot decode the key
-        except OSError as error:
-            unusable(f"cannot read it ({error.strerror})")
-            return None
-    raise SshSetupError(
-        f"identity file {path}: wrong passphrase ({PASSPHRASE_TRIES} tries)",
-        "check the passphrase, or load the key into ssh-agent (ssh-add)",
-    )
-
-
-def authenticate(transport: paramiko.Transport, target: SshTarget, hooks: Hooks) -> None:
-    user = target.user or ""
-    identities, problems = _identities(target, hooks)
-    tried: list[str] = []
-    for identity in identities:
-        key = identity.key
-        if key is None:
-            key = _load_private(identity, target, hooks, problems)
-            if key is None:
-                continue
-        tried.append(identity.label)
-        try:
-            remaining = transport.auth_publickey(user, key)
-        except paramiko.BadAuthenticationType as error:
-            raise AuthenticationFailed(
-                f"{target.label}: the host does not accept keys for {user} "
-                f"(it allows: {', '.join(error.allowed_types) or 'nothing'})",
-                "runbook logs in with SSH keys only",
-            ) from None
-        except paramiko.AuthenticationException:
-            continue
-        except (paramiko.SSHException, EOFError, OSError) as error:
-            raise Unreachable(
-                f"{target.label}: the connection failed during login ({error or type(error).__name__})",
-                "check the host; the server may limit login attempts (MaxAuthTries)",
-            ) from None
-        if remaining:
-            raise AuthenticationFailed(
-                f"{target.label}: the host wants more than a key ({', '.join(remaining)})",
-                "runbook logs in with one SSH key only",
-            )
-        return
-    detail = f"tried {', '.join(tried)}" if tried else "no key to offer"
-    if problems:
-        detail += "; " + "; ".join(problems)
-    encrypted = any("encrypted" in p for p in problems)
-    raise AuthenticationFailed(
-        f"{target.label}: authentication failed as {user} ({detail})",
-        "load the key into ssh-agent (ssh-add), or run from a terminal to be asked"
-        if encrypted
-        else "check --user and -i/--identity, or that the key is in authorized_keys",
-    )
-
-
 class _ServerAlive:
     """ServerAliveInterval/CountMax: close the connection after CountMax unanswered probes."""
 
@@ -621,4 +250,4 @@ class _ServerAlive:
         answered.set()
 
 
-__all__ = ["Hooks", "TransportError", "connect_route", "key_file_problem"]
+__all__ = ["Hooks", "connect_route"]

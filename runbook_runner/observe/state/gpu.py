@@ -1,0 +1,102 @@
+"""GPU state: the GPUs and their compute processes (nvidia-smi), who holds each device
+file (fuser), and the Xid kernel messages of a GPU fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runbook_runner.observe.state.fields import reported
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as ``nvidia-smi --query-gpu`` reports it."""
+
+    index: int | None = reported("index")
+    name: str | None = reported("name")
+    uuid: str | None = reported("uuid")
+    pci_bus_id: str | None = reported("pci.bus_id")
+    memory_used_mib: int | None = reported("memory.used", "MiB")
+    memory_total_mib: int | None = reported("memory.total", "MiB")
+    memory_free_mib: int | None = reported("memory.free", "MiB")
+    utilization_gpu_pct: float | None = reported("utilization.gpu", "%")
+    temperature_c: float | None = reported("temperature.gpu", "°C")
+    persistence_mode: str | None = reported("persistence_mode")
+    minor_number: int | None = reported("minor number")  # N of /dev/nvidiaN (not always the index)
+    # What a node-health check in the field looks at (None where the GPU does not report it):
+    pcie_gen_current: int | None = reported("pcie.link.gen.current")
+    pcie_gen_max: int | None = reported("pcie.link.gen.max")
+    pcie_width_current: int | None = reported("pcie.link.width.current")
+    pcie_width_max: int | None = reported("pcie.link.width.max")
+    clocks_event_reasons: int | None = reported("clocks_event_reasons.active")  # a bit mask
+    ecc_uncorrected_volatile: int | None = reported("ecc.errors.uncorrected.volatile.total")
+    retired_pages_pending: str | None = reported("retired_pages.pending")  # Yes / No
+    remapped_rows_pending: str | None = reported("remapped_rows.pending")  # Yes / No
+
+    def describe(self) -> str:
+        return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
+
+    def target(self) -> str:
+        """What a confirmation names: index, bus id and device file."""
+        device = f", /dev/nvidia{self.minor_number}" if self.minor_number is not None else ""
+        return f"{self.describe()} ({self.pci_bus_id or 'bus id ?'}{device})"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process as ``nvidia-smi --query-compute-apps`` reports it."""
+
+    pid: int | None = reported("pid")
+    process_name: str | None = reported("process_name")
+    used_memory_mib: int | None = reported("used_gpu_memory", "MiB")
+    gpu_uuid: str | None = reported("gpu_uuid")
+    gpu_bus_id: str | None = reported("gpu_bus_id")
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({self.process_name or '?'})"
+
+    def target(self) -> str:
+        return f"PID {self.pid} ({self.process_name or '?'}) on GPU {self.gpu_bus_id or self.gpu_uuid or '?'}"
+
+
+@dataclass(frozen=True)
+class DeviceHolder:
+    """One process holding one NVIDIA device file, as ``fuser -v /dev/nvidia*`` lists it.
+
+    ``minor_number`` is N of ``/dev/nvidiaN`` (one GPU); it is ``None`` for the files every
+    CUDA process opens (``/dev/nvidiactl``, ``/dev/nvidia-uvm``...), whose holders are
+    ``node_wide``: signalling them reaches every GPU of the node.
+    """
+
+    device: str | None = reported("device")
+    minor_number: int | None = reported("minor number")
+    node_wide: bool | None = reported("node-wide device")
+    pid: int | None = reported("pid")
+    user: str | None = reported("user")
+    access: str | None = reported("access")
+    command: str | None = reported("command")
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({self.command or '?'}) on {self.device or '?'}"
+
+    def target(self) -> str:
+        return f"PID {self.pid} ({self.command or '?'}, {self.user or '?'}) holding {self.device}"
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:...): CODE, ...`` kernel message, with the catalog's action."""
+
+    pci: str | None = reported("pci")
+    code: int | None = reported("xid")
+    pid: int | None = reported("pid")
+    message: str | None = reported("message")
+    action: str | None = reported("action")  # RESTART_APP, RESET_GPU, RESTART_BM, ... or LOOK_IT_UP
+    meaning: str | None = reported("meaning")
+    memory_errors: int | None = reported("memory-error Xids of its GPU")  # 48, 63, 64, 94, 95
+
+    def describe(self) -> str:
+        return f"Xid {self.code} on {self.pci} ({self.action}: {self.meaning})"
+
+    def target(self) -> str:
+        return self.describe()
