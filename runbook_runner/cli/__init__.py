@@ -266,6 +266,24 @@ def _add_value_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_plan_options(run: argparse.ArgumentParser) -> None:
+    """A plan saved for review (--out), and a run that applies only it (--plan)."""
+    run.add_argument(
+        "--out", metavar="FILE", help="with --dry-run: save the plan for 'runbook run --plan'"
+    )
+    run.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="apply a saved plan: only its actions, on only its targets, after observing "
+        "again (stops, exit 6, when a target moved since the plan was made)",
+    )
+    run.add_argument(
+        "--approved-by",
+        metavar="NAME",
+        help="with --plan: who approved it (recorded in the journal)",
+    )
+
+
 def _add_consent_options(sub: argparse.ArgumentParser) -> None:
     """--yes and --allow-reboot: the same on run and drill."""
     sub.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
@@ -376,9 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the plan and every command; run only observations (exit 6 when a "
-        "destructive step is blocked because what it acts on cannot be observed)",
+        help="observe once and print the plan (as 'runbook plan'): what runs first with its "
+        "exact commands and targets, what runs later only if still needed, gates; the exit "
+        "code is the one the run would end with",
     )
+    _add_plan_options(run)
     _add_consent_options(run)
     run.add_argument(
         "--allow-local-changes",
@@ -413,6 +433,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="K",
         help="many hosts: start no more after K failed (default 1)",
+    )
+    plan = add(
+        "plan",
+        cmd_plan,
+        "observe a host and print (or save) what a run would do, for review",
+        "runbook plan gpu-oom-recovery --host 10.1.230.174 --out plan.json",
+    )
+    _add_host_options(plan)
+    _add_consent_options(plan)
+    plan.add_argument(
+        "--out",
+        metavar="FILE",
+        help="save the plan (with the state it was made on and its SHA-256) for "
+        "'runbook run --plan FILE'",
     )
     runs = add(
         "runs",
@@ -465,6 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
         + "; or 'random' to be told which only in the debrief (default: oom-crash)",
     )
     _add_consent_options(drill)
+    drill.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan the run would follow on this scenario, and change nothing",
+    )
+    drill.add_argument("--out", metavar="FILE", help="with --dry-run: save the plan")
     _add_value_options(drill)
     new = add(
         "new",
@@ -643,7 +683,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     return cli_host.cmd_check(args)
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``runbook plan``: ``run --dry-run`` under its own name."""
+    args.dry_run, args.plan, args.approved_by = True, None, None
+    args.from_step = args.resume = args.journal = None
+    args.force = args.break_lock = args.yes = False
+    args.serial, args.max_fail = 1, 1
+    return cmd_run(args)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.out and not args.dry_run:
+        raise UsageError("--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run")
+    if args.plan and (args.dry_run or args.from_step or args.resume):
+        raise UsageError(
+            "--plan applies a saved plan as it is: not with --dry-run, --from or --resume",
+            "runbook run",
+        )
+    if args.approved_by and not args.plan:
+        raise UsageError("--approved-by names who approved a saved plan: use it with --plan", "runbook run")
     if args.resume and (args.from_step or args.dry_run):
         # A resume continues exactly where the journal says; a dry run's "planned" steps
         # in that journal would read as decided ones.

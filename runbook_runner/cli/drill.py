@@ -178,7 +178,8 @@ def _point_at_simulated_host(args: argparse.Namespace, drill: Any) -> None:
         False,
         5.0,
     )
-    args.dry_run, args.from_step = False, None
+    args.dry_run, args.from_step = getattr(args, "dry_run", False), None
+    args.plan = args.approved_by = None
     # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
     # resolve, and a drill starts no program on this machine.
     args.ssh_client = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook_runner import __version__
 from runbook_runner import journal as journal_module
+from runbook_runner import localfile
 from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import (
@@ -33,6 +34,7 @@ from runbook_runner.format.catalog import Catalog, search_path
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
 from runbook_runner.journal import resume as resume_module
 from runbook_runner.journal.resume import ResumePlan
+from runbook_runner.plan import saved as saved_plan
 from runbook_runner.runbook import Runbook, load
 from runbook_runner.safetext import markdown_cell, visible
 from runbook_runner.ssh.hostlock import HostLock
@@ -154,8 +156,11 @@ def execute_run(
 
     out = console.Output(args.json)
     connecting = started(args)
+    approved = None
     try:
         runbook, params = _load_with_params(args)
+        if getattr(args, "plan", None):
+            approved, params = _approved_plan(args, runbook, params)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
         if (
             getattr(args, "local", False)
@@ -181,7 +186,35 @@ def execute_run(
         host = _host_label(args, transport)
         mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
-        journal, run_id = _open_journal(args, runbook, transport, params, resume, drill)
+        if args.dry_run:
+            from runbook_runner.cli import planview
+
+            planner_runner = Runner(
+                runbook,
+                params,
+                transport,
+                clock=clock,
+                sleep=sleep,
+                allow_node_wide=getattr(args, "allow_node_wide", False),
+            )
+            code = planview.print_plan(
+                args,
+                out,
+                runbook,
+                params,
+                planner_runner,
+                transport.target.label,
+                _secret_free(runbook, params),
+            )
+            return code, None
+        if approved is not None:
+            saved_plan.check_host(approved, transport.target.label)
+            out.line(
+                f"applying the approved plan {args.plan} (sha256 {approved.sha256[:16]}"
+                + (f", approved by {args.approved_by}" if args.approved_by else "")
+                + "): only its steps, on only its targets"
+            )
+        journal, run_id = _open_journal(args, runbook, transport, params, resume, drill, approved)
         recorder = Recorder(journal, runbook, params)
         out.line(out.style(f"journal: {journal.path}", "dim"))
         confirmer = console.Confirmer(args, out, host, record=recorder.confirmation)
@@ -201,6 +234,7 @@ def execute_run(
             sleep=sleep,
             changed=resume[1].changed if resume is not None else None,
             allow_node_wide=getattr(args, "allow_node_wide", False),
+            approved=approved,
         )
         lock = None
         report: RunReport | None = None
@@ -342,6 +376,7 @@ def _open_journal(
     params: dict[str, Any],
     resume: tuple[Path, ResumePlan] | None,
     drill: DrillHooks | None = None,
+    approved: saved_plan.SavedPlan | None = None,
 ) -> tuple[journal_module.Journal, str]:
     from runbook_runner.transport import fingerprint
 
@@ -372,6 +407,12 @@ def _open_journal(
     marks: dict[str, Any] = {}
     if drill is not None:  # a drill: its scenario, on simulated time
         marks = {"drill": drill.scenario, "simulated_time": True}
+    if approved is not None:  # what was reviewed, and by whom
+        marks["plan"] = {
+            "file": str(args.plan),
+            "sha256": approved.sha256,
+            "approved_by": getattr(args, "approved_by", None),
+        }
     journal.write(
         "run-start",
         **marks,
@@ -388,6 +429,37 @@ def _open_journal(
         dry_run=args.dry_run,
     )
     return journal, run_id
+
+
+def _approved_plan(
+    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any]
+) -> tuple[saved_plan.SavedPlan, dict[str, Any]]:
+    """The saved plan --plan names, checked against this runbook, with the parameters it
+    was made with (a --set may give only a secret, which the plan does not hold)."""
+    text = localfile.read_text(Path(args.plan), localfile.CONFIG_LIMIT)
+    approved = saved_plan.load(text, args.plan)
+    saved_plan.check_runbook(approved, runbook)
+    given = {item.split("=", 1)[0] for item in args.set or []}
+    merged = dict(params)
+    for name, value in approved.parameters.items():
+        parameter = runbook.parameters.get(name)
+        if parameter is None or parameter.secret:
+            continue
+        if name in given and params.get(name) != value:
+            raise saved_plan.PlanInvalid(
+                f"the plan was made with {name}={value!r}, and --set gives {params.get(name)!r}: "
+                "a saved plan runs with its own parameters (make a new plan to change them)"
+            )
+        merged[name] = value
+    gates = approved.document.get("gates", {})
+    for gate, flag in (("allow_reboot", "--allow-reboot"), ("allow_node_wide", "--allow-node-wide")):
+        if getattr(args, gate, False) and not gates.get(gate):
+            raise saved_plan.PlanInvalid(
+                f"the plan was made without {flag}: make it again with {flag} to have that "
+                "approved too"
+            )
+        setattr(args, gate, bool(gates.get(gate)))
+    return approved, merged
 
 
 def _latest_run(run: str, folder: Path) -> Path:
