@@ -98,11 +98,13 @@ def test_a_dry_run_shows_blocked_not_planned_and_does_not_exit_0(gpu_host, capsy
     no_nvidia_smi(gpu_host)
     code, out = run(capsys, gpu_host, RECOVERY, "--dry-run", *FAST)
     assert code == ExitCode.CANNOT_TELL
+    # The plan stops where the run would: at the first destructive step, which cannot tell.
+    assert "STOPS here: blocked: cannot tell" in out, out
+    reached = next(ln for ln in out.splitlines() if ln.startswith("not reached"))
     for rung in ("stop-gpu-services", "reset-gpus", "reload-driver", "reboot"):
-        line = next(ln for ln in out.splitlines() if re.search(rf"\] {rung} ", ln))
-        assert "BLOCKED" in line, line
-        assert "blocked: cannot tell" in line, line
-    assert not re.search(r"would run: \$ (kill|systemctl stop|nvidia-smi --gpu-reset|reboot)", out)
+        assert re.search(rf"\b{rung}\b", reached), reached
+    assert "the run would stop before acting" in out
+    assert not re.search(r"would run( then)?: \$ (kill|systemctl stop|nvidia-smi --gpu-reset|reboot)", out)
 
 
 def test_a_typed_nvidia_smi_failure_is_evidence_a_step_can_act_on(gpu_host, capsys, tmp_path):
