@@ -17,9 +17,9 @@ SCHEMA = Path(__file__).parent.parent / "runbook_runner" / "schema" / "plan.sche
 EXECUTED = {"ok", "failed", "timed_out", "unknown"}
 
 
-def drill(capsys, scenario, *extra):
+def drill(capsys, scenario, *extra, as_played=True):
     argv = ["drill", scenario.runbook, "--scenario", scenario.name, "--json", *extra]
-    if scenario.allow_reboot:
+    if scenario.allow_reboot and as_played:
         argv.append("--allow-reboot")
     code = main(argv)
     out, err = capsys.readouterr()
@@ -99,8 +99,12 @@ def test_a_saved_plan_runs_as_approved_and_the_journal_says_by_whom(
     assert [t["key"] for a in document["actions"] if a["step"] == "reset-gpus" for t in a["targets"]] == ["0", "2"]
     assert f"plan saved: {plan}" in out
     assert crashed.calls() and not resets(crashed)  # the plan only looked
-    code, out = apply_plan(capsys, crashed, plan, "--approved-by", "alice")
+    # The plan names the runbook and the host: the approver's command is only the plan.
+    login = crashed.cli_args()[4:]  # --user, -i, --known-hosts: the tester's own setup
+    code = main(["run", "--plan", str(plan), "--approved-by", "alice", "--yes", *login])
+    out = "".join(capsys.readouterr())
     assert code == ExitCode.OK, out
+    assert f"applying the approved plan {plan}" in out
     assert {tuple(c[2:]) for c in resets(crashed)} == {("-i", "0"), ("-i", "2")}
     start = json.loads(next(run_journals_in_tmp.glob("*.jsonl")).read_text().splitlines()[0])
     assert start["plan"] == {"file": str(plan), "sha256": document["sha256"], "approved_by": "alice"}
@@ -146,3 +150,69 @@ def test_a_plan_changed_after_it_was_made_is_refused(crashed, capsys, tmp_path):
     assert code == ExitCode.BAD_INPUT
     assert "changed after it was made" in out
     assert not crashed.calls()  # refused before connecting to do anything
+
+
+# -- what the plan says, and one exit-code meaning --------------------------------------
+
+LOOK_ONLY = """\
+name: look-only
+title: A read-only runbook whose goal cannot be told
+summary: For the exit-code agreement.
+observations:
+  missing: {command: "cat /nonexistent/rbr-plan-file", parser: lines}
+checks:
+  needs-missing: {description: a file that is not there, expect: count(missing) == 1}
+goal: [needs-missing]
+steps:
+  - {id: look, title: Look, run: "true"}
+"""
+
+
+def test_check_run_and_the_plan_agree_on_a_goal_that_cannot_be_told(capsys, tmp_path):
+    runbook = tmp_path / "look-only.yaml"
+    runbook.write_text(LOOK_ONLY)
+    codes = {
+        verb: main([verb, str(runbook), "--local", *extra])
+        for verb, extra in (("check", []), ("run", []), ("plan", []))
+    }
+    capsys.readouterr()
+    assert codes == dict.fromkeys(codes, ExitCode.CANNOT_TELL)
+
+
+def test_the_plan_pairs_restoring_steps_names_gates_and_folds_what_cannot_run(capsys):
+    scenario = next(s for s in MATRIX if s.name == "oom-crash")
+    code, plan, _ = drill(capsys, scenario, "--dry-run")
+    assert code == ExitCode.OK and plan["ending"] == "would-act"
+    actions = {a["step"]: a for a in plan["actions"]}
+    assert actions["wait-for-teardown"]["timing"] == "first"
+    reset = actions["reset-gpus"]
+    assert reset["timing"] == "if-still" and "gpu-memory-released still fails" in reset["condition"]
+    assert [t["key"] for t in reset["targets"]] == ["0", "2"]
+    assert reset["commands"] == ["nvidia-smi --gpu-reset -i 0", "nvidia-smi --gpu-reset -i 2"]
+    assert actions["persistence-off"]["restored_by"] == ["restore-persistence"]
+    restore = actions["restore-persistence"]
+    assert restore["timing"] == "restores" and restore["restores"] == "persistence-off"
+    assert restore["commands"] == ["nvidia-smi -i 0 -pm 1", "nvidia-smi -i 2 -pm 1"]
+    assert actions["reboot"]["timing"] == "gated" and actions["reboot"]["gate"] == "--allow-reboot"
+    assert "reboot-for-xid" in {n["step"] for n in plan["not_applicable"]}
+    assert not {n["step"] for n in plan["not_applicable"]} & set(actions)
+
+
+def test_a_host_that_needs_a_reboot_plans_the_gate_and_exits_as_the_run(capsys):
+    scenario = next(s for s in MATRIX if s.name == "xid-79")
+    code, plan, _ = drill(capsys, scenario, "--dry-run", as_played=False)
+    assert code == ExitCode.GOAL_NOT_MET and plan["ending"] == "needs-gate"
+    first = next(a for a in plan["actions"] if a["destructive"])
+    assert (first["step"], first["timing"], first["gate"]) == ("reboot-for-xid", "gated", "--allow-reboot")
+    assert plan["not_reached"]  # the run stops at the gate: nothing after it is planned
+    allowed, plan, _ = drill(capsys, scenario, "--dry-run", "--allow-reboot", as_played=False)
+    assert allowed == ExitCode.OK
+    assert next(a for a in plan["actions"] if a["destructive"])["timing"] == "first"
+
+
+def test_a_healthy_host_has_nothing_to_do(capsys):
+    scenario = next(s for s in MATRIX if s.name == "healthy-server")
+    code, plan, err = drill(capsys, scenario, "--dry-run")
+    assert code == ExitCode.OK and plan["ending"] == "nothing-to-do"
+    assert not [a for a in plan["actions"] if a["destructive"]]
+    assert plan["left_alone"] or "healthy" in err

@@ -142,8 +142,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 # -- running against a host ------------------------------------------------------------
 
 
-def _add_host_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+def _add_host_options(sub: argparse.ArgumentParser, *, runbook_optional: bool = False) -> None:
+    sub.add_argument(
+        "runbook",
+        metavar="NAME",
+        nargs="?" if runbook_optional else None,
+        help="runbook name, or a path to its YAML file"
+        + (" (with --plan: the plan's)" if runbook_optional else ""),
+    )
     sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
     sub.add_argument(
         "--local",
@@ -390,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run a runbook's steps on a host, then check its goal",
         "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
     )
-    _add_host_options(run)
+    _add_host_options(run, runbook_optional=True)
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -692,6 +698,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _from_plan(args: argparse.Namespace) -> None:
+    """``run --plan FILE`` names the runbook and the host the plan was made for unless the
+    command line does (a different one is refused once the plan is read in full)."""
+    import json
+
+    try:
+        with open(args.plan, encoding="utf-8") as handle:
+            asked = json.load(handle).get("asked", {})
+    except (OSError, ValueError, AttributeError):
+        return  # reported when the plan is read in full
+    if not isinstance(asked, dict):
+        return
+    if not args.runbook and isinstance(asked.get("runbook"), str):
+        args.runbook = asked["runbook"]
+    if not args.host and not getattr(args, "hosts", None) and not getattr(args, "local", False):
+        if isinstance(asked.get("host"), str):
+            args.host = asked["host"]
+            if args.port is None and isinstance(asked.get("port"), int):
+                args.port = asked["port"]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.out and not args.dry_run:
         raise UsageError("--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run")
@@ -700,6 +727,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--plan applies a saved plan as it is: not with --dry-run, --from or --resume",
             "runbook run",
         )
+    if args.plan:
+        if _is_fleet(args):
+            raise UsageError("a saved plan is for the one host it was made on: not with --hosts or --inventory", "runbook run")
+        _from_plan(args)
+    if not args.runbook:
+        raise UsageError("name a runbook (or give --plan FILE)", "runbook run")
     if args.approved_by and not args.plan:
         raise UsageError("--approved-by names who approved a saved plan: use it with --plan", "runbook run")
     if args.resume and (args.from_step or args.dry_run):

@@ -62,6 +62,7 @@ def document(
     parameters: dict[str, Any],
     allow_reboot: bool,
     allow_node_wide: bool,
+    asked: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from runbook_runner.cli.host import check_json
 
@@ -76,6 +77,7 @@ def document(
         gates={"allow_reboot": allow_reboot, "allow_node_wide": allow_node_wide},
         state_json=render.state_json(runbook, state),
         goal_json=[check_json(r, runbook) for r in plan.goal],
+        asked=asked,
     )
 
 
@@ -179,6 +181,11 @@ def print_plan(
         parameters=secret_free,
         allow_reboot=allow_reboot,
         allow_node_wide=allow_node_wide,
+        asked={
+            "runbook": str(args.runbook),
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+        },
     )
     for line in lines(plan, runbook, state, out.style):
         out.line(line)

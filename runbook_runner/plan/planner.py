@@ -318,10 +318,12 @@ def _ending(
     unfixable = tuple(name for name in runbook.goal if name in still)
     if unfixable:
         return Ending.GOAL_OUT_OF_REACH, None, unfixable
-    if not [r for r in goal if not r.ok] and not any(a.timing is Timing.FIRST for a in actions):
-        return Ending.NOTHING_TO_DO, None, ()
-    if not goal_failing and not actions:
+    acting = [a for a in actions if a.destructive or runbook_step(runbook, a.step).wait]
+    unknown = [r for r in goal if r.cannot_tell]
+    if unknown and not acting:
         return Ending.CANNOT_TELL, None, ()  # the goal cannot be told, and nothing would act
+    if all(r.ok for r in goal) and not any(a.timing is Timing.FIRST for a in acting):
+        return Ending.NOTHING_TO_DO, None, ()
     return Ending.WOULD_ACT, None, ()
 
 

@@ -107,6 +107,7 @@ def document(
     gates: Mapping[str, bool],
     state_json: Mapping[str, Any],
     goal_json: list[dict[str, Any]],
+    asked: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan as JSON (``--dry-run --json`` and ``--out``), with its hash."""
     gpu_holders = holders(state)
@@ -116,6 +117,7 @@ def document(
         "runbook": runbook.name,
         "runbook_sha256": runbook.sha256,
         "host": host,
+        "asked": dict(asked or {}),
         "parameters": dict(parameters),
         "made_at": made_at,
         "gates": dict(gates),
