@@ -527,7 +527,8 @@ class Runner:
         allowed = self.approved.targets_of(step.id)
         if not decision.items:
             return decision
-        kept, beyond = [], []
+        kept: list[Any] = []
+        beyond: list[Any] = []
         for item in decision.items:
             named = identity.target(item)
             (kept if (named.kind, named.key) in allowed else beyond).append(item)

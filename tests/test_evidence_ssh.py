@@ -104,7 +104,9 @@ def test_a_dry_run_shows_blocked_not_planned_and_does_not_exit_0(gpu_host, capsy
     for rung in ("stop-gpu-services", "reset-gpus", "reload-driver", "reboot"):
         assert re.search(rf"\b{rung}\b", reached), reached
     assert "the run would stop before acting" in out
-    assert not re.search(r"would run( then)?: \$ (kill|systemctl stop|nvidia-smi --gpu-reset|reboot)", out)
+    assert not re.search(
+        r"would run( then)?: \$ (kill|systemctl stop|nvidia-smi --gpu-reset|reboot)", out
+    )
 
 
 def test_a_typed_nvidia_smi_failure_is_evidence_a_step_can_act_on(gpu_host, capsys, tmp_path):

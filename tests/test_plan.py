@@ -51,7 +51,8 @@ def test_the_dry_run_says_what_the_run_then_does(capsys, scenario):
     stops = [a for a in plan["actions"] if a["timing"] == "stops"]
     if stops:
         blocked = [s for s in run["steps"] if s["status"] == "blocked"]
-        assert blocked and blocked[0]["id"] == stops[0]["step"]
+        assert blocked
+        assert blocked[0]["id"] == stops[0]["step"]
         assert not executed or all(s["id"] != stops[0]["step"] for s in executed)
 
 
@@ -61,8 +62,8 @@ def test_the_dry_run_says_what_the_run_then_does(capsys, scenario):
 @pytest.fixture
 def crashed(gpu_host):
     """The incident after the server was killed: GPUs 0 and 2 still hold memory."""
-    from test_runbooks_ssh import settle
     from test_run_ssh import crash
+    from test_runbooks_ssh import settle
 
     crash(gpu_host)
     gpu_host.ssh("pkill -KILL -f sglang")
@@ -96,9 +97,12 @@ def test_a_saved_plan_runs_as_approved_and_the_journal_says_by_whom(
     assert code == ExitCode.OK, out
     document = json.loads(plan.read_text())
     validate(document)
-    assert [t["key"] for a in document["actions"] if a["step"] == "reset-gpus" for t in a["targets"]] == ["0", "2"]
+    assert [
+        t["key"] for a in document["actions"] if a["step"] == "reset-gpus" for t in a["targets"]
+    ] == ["0", "2"]
     assert f"plan saved: {plan}" in out
-    assert crashed.calls() and not resets(crashed)  # the plan only looked
+    assert crashed.calls()
+    assert not resets(crashed)
     # The plan names the runbook and the host: the approver's command is only the plan.
     login = crashed.cli_args()[4:]  # --user, -i, --known-hosts: the tester's own setup
     code = main(["run", "--plan", str(plan), "--approved-by", "alice", "--yes", *login])
@@ -107,7 +111,11 @@ def test_a_saved_plan_runs_as_approved_and_the_journal_says_by_whom(
     assert f"applying the approved plan {plan}" in out
     assert {tuple(c[2:]) for c in resets(crashed)} == {("-i", "0"), ("-i", "2")}
     start = json.loads(next(run_journals_in_tmp.glob("*.jsonl")).read_text().splitlines()[0])
-    assert start["plan"] == {"file": str(plan), "sha256": document["sha256"], "approved_by": "alice"}
+    assert start["plan"] == {
+        "file": str(plan),
+        "sha256": document["sha256"],
+        "approved_by": "alice",
+    }
 
 
 def test_a_saved_plan_stops_before_acting_when_another_process_took_a_target_gpu(
@@ -182,18 +190,22 @@ def test_check_run_and_the_plan_agree_on_a_goal_that_cannot_be_told(capsys, tmp_
 def test_the_plan_pairs_restoring_steps_names_gates_and_folds_what_cannot_run(capsys):
     scenario = next(s for s in MATRIX if s.name == "oom-crash")
     code, plan, _ = drill(capsys, scenario, "--dry-run")
-    assert code == ExitCode.OK and plan["ending"] == "would-act"
+    assert code == ExitCode.OK
+    assert plan["ending"] == "would-act"
     actions = {a["step"]: a for a in plan["actions"]}
     assert actions["wait-for-teardown"]["timing"] == "first"
     reset = actions["reset-gpus"]
-    assert reset["timing"] == "if-still" and "gpu-memory-released still fails" in reset["condition"]
+    assert reset["timing"] == "if-still"
+    assert "gpu-memory-released still fails" in reset["condition"]
     assert [t["key"] for t in reset["targets"]] == ["0", "2"]
     assert reset["commands"] == ["nvidia-smi --gpu-reset -i 0", "nvidia-smi --gpu-reset -i 2"]
     assert actions["persistence-off"]["restored_by"] == ["restore-persistence"]
     restore = actions["restore-persistence"]
-    assert restore["timing"] == "restores" and restore["restores"] == "persistence-off"
+    assert restore["timing"] == "restores"
+    assert restore["restores"] == "persistence-off"
     assert restore["commands"] == ["nvidia-smi -i 0 -pm 1", "nvidia-smi -i 2 -pm 1"]
-    assert actions["reboot"]["timing"] == "gated" and actions["reboot"]["gate"] == "--allow-reboot"
+    assert actions["reboot"]["timing"] == "gated"
+    assert actions["reboot"]["gate"] == "--allow-reboot"
     assert "reboot-for-xid" in {n["step"] for n in plan["not_applicable"]}
     assert not {n["step"] for n in plan["not_applicable"]} & set(actions)
 
@@ -201,9 +213,14 @@ def test_the_plan_pairs_restoring_steps_names_gates_and_folds_what_cannot_run(ca
 def test_a_host_that_needs_a_reboot_plans_the_gate_and_exits_as_the_run(capsys):
     scenario = next(s for s in MATRIX if s.name == "xid-79")
     code, plan, _ = drill(capsys, scenario, "--dry-run", as_played=False)
-    assert code == ExitCode.GOAL_NOT_MET and plan["ending"] == "needs-gate"
+    assert code == ExitCode.GOAL_NOT_MET
+    assert plan["ending"] == "needs-gate"
     first = next(a for a in plan["actions"] if a["destructive"])
-    assert (first["step"], first["timing"], first["gate"]) == ("reboot-for-xid", "gated", "--allow-reboot")
+    assert (first["step"], first["timing"], first["gate"]) == (
+        "reboot-for-xid",
+        "gated",
+        "--allow-reboot",
+    )
     assert plan["not_reached"]  # the run stops at the gate: nothing after it is planned
     allowed, plan, _ = drill(capsys, scenario, "--dry-run", "--allow-reboot", as_played=False)
     assert allowed == ExitCode.OK
@@ -213,6 +230,25 @@ def test_a_host_that_needs_a_reboot_plans_the_gate_and_exits_as_the_run(capsys):
 def test_a_healthy_host_has_nothing_to_do(capsys):
     scenario = next(s for s in MATRIX if s.name == "healthy-server")
     code, plan, err = drill(capsys, scenario, "--dry-run")
-    assert code == ExitCode.OK and plan["ending"] == "nothing-to-do"
+    assert code == ExitCode.OK
+    assert plan["ending"] == "nothing-to-do"
     assert not [a for a in plan["actions"] if a["destructive"]]
     assert plan["left_alone"] or "healthy" in err
+
+
+def test_the_sites_plan_is_the_plan_the_drill_prints_today(capsys, monkeypatch):
+    """The page's example is real output: every line of it is a line the plan prints now."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    page = (Path(__file__).parent.parent / "docs" / "review-before-you-run.md").read_text()
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert main(["drill", "gpu-oom-recovery", "--dry-run"]) == ExitCode.OK
+    printed = capsys.readouterr().out.splitlines()
+    port = re.compile(r"127\.0\.0\.1:\d+")
+    printed = [port.sub("127.0.0.1:PORT", line) for line in printed]
+    assert len(shown) > 40
+    for line in shown:
+        line = port.sub("127.0.0.1:PORT", line)
+        if line.endswith("..."):
+            assert any(p.startswith(line[:-3]) for p in printed), line
+        else:
+            assert line in printed, line

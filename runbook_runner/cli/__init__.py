@@ -712,16 +712,18 @@ def _from_plan(args: argparse.Namespace) -> None:
         return
     if not args.runbook and isinstance(asked.get("runbook"), str):
         args.runbook = asked["runbook"]
-    if not args.host and not getattr(args, "hosts", None) and not getattr(args, "local", False):
-        if isinstance(asked.get("host"), str):
-            args.host = asked["host"]
-            if args.port is None and isinstance(asked.get("port"), int):
-                args.port = asked["port"]
+    named = args.host or getattr(args, "hosts", None) or getattr(args, "local", False)
+    if not named and isinstance(asked.get("host"), str):
+        args.host = asked["host"]
+        if args.port is None and isinstance(asked.get("port"), int):
+            args.port = asked["port"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.out and not args.dry_run:
-        raise UsageError("--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run")
+        raise UsageError(
+            "--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run"
+        )
     if args.plan and (args.dry_run or args.from_step or args.resume):
         raise UsageError(
             "--plan applies a saved plan as it is: not with --dry-run, --from or --resume",
@@ -729,12 +731,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     if args.plan:
         if _is_fleet(args):
-            raise UsageError("a saved plan is for the one host it was made on: not with --hosts or --inventory", "runbook run")
+            raise UsageError(
+                "a saved plan is for the one host it was made on: not with --hosts or --inventory",
+                "runbook run",
+            )
         _from_plan(args)
     if not args.runbook:
         raise UsageError("name a runbook (or give --plan FILE)", "runbook run")
     if args.approved_by and not args.plan:
-        raise UsageError("--approved-by names who approved a saved plan: use it with --plan", "runbook run")
+        raise UsageError(
+            "--approved-by names who approved a saved plan: use it with --plan", "runbook run"
+        )
     if args.resume and (args.from_step or args.dry_run):
         # A resume continues exactly where the journal says; a dry run's "planned" steps
         # in that journal would read as decided ones.

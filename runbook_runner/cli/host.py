@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_runner import __version__
+from runbook_runner import __version__, localfile
 from runbook_runner import journal as journal_module
-from runbook_runner import localfile
 from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import (
@@ -452,7 +451,10 @@ def _approved_plan(
             )
         merged[name] = value
     gates = approved.document.get("gates", {})
-    for gate, flag in (("allow_reboot", "--allow-reboot"), ("allow_node_wide", "--allow-node-wide")):
+    for gate, flag in (
+        ("allow_reboot", "--allow-reboot"),
+        ("allow_node_wide", "--allow-node-wide"),
+    ):
         if getattr(args, gate, False) and not gates.get(gate):
             raise saved_plan.PlanInvalid(
                 f"the plan was made without {flag}: make it again with {flag} to have that "

@@ -66,7 +66,7 @@ def document(
 ) -> dict[str, Any]:
     from runbook_runner.cli.host import check_json
 
-    made_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    made_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return saved.document(
         plan,
         runbook,
@@ -111,7 +111,9 @@ def lines(plan: Plan, runbook: Runbook, state: dict[str, Any], style: render.Sty
             shown += _action_lines(numbered, action)
     later = [a for a in plan.actions if a.timing is not Timing.FIRST]
     if later:
-        shown.append(style("then, only while still needed (what they act on is read then):", "bold"))
+        shown.append(
+            style("then, only while still needed (what they act on is read then):", "bold")
+        )
         for action in later:
             numbered += 1
             shown += _action_lines(numbered, action)
@@ -142,6 +144,8 @@ def _action_lines(number: int, action: Action) -> list[str]:
         out.append(f"     {action.timing}: {action.condition}")
     if action.timing is Timing.STOPS_IF_REACHED:
         out.append(f"     {action.reason}")
+    if action.waits:
+        out.append(f"     then waits {action.waits}")
     if action.restored_by:
         out.append(f"     put back by: {', '.join(action.restored_by)}")
     if action.targets:
@@ -192,10 +196,18 @@ def print_plan(
     if getattr(args, "out", None):
         write(args.out, doc)
         out.line(f"plan saved: {args.out} (sha256 {doc['sha256'][:16]})")
+        if getattr(args, "command", "") in {"drill", "test"}:
+            out.line("(a drill's simulated host ends with the drill: this plan is for reading)")
+            return int(plan.exit_code) if not args.json else _print_json(doc, plan)
         out.line(
             f"apply exactly this: runbook run --plan {args.out} --approved-by NAME"
             + (" --allow-reboot" if allow_reboot else "")
         )
     if args.json:
-        print(json.dumps(doc, indent=2))
+        return _print_json(doc, plan)
+    return int(plan.exit_code)
+
+
+def _print_json(doc: dict[str, Any], plan: Plan) -> int:
+    print(json.dumps(doc, indent=2))
     return int(plan.exit_code)

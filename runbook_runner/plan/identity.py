@@ -11,8 +11,8 @@ changed since the plan").
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.observe.state import Gpu, ProcessOwner, ShmSegment
@@ -103,16 +103,24 @@ def moved(kind: str, key: str, was: Mapping[str, Any], now: Mapping[str, Any] | 
     if now is None:
         return None
     name = {"process": "PID", "gpu": "GPU", "file": "file", "unit": "unit"}.get(kind, kind)
-    for field_name in ("command", "process_name", "user", "uuid", "pci_bus_id", "owner", "size_bytes"):
+    for field_name in (
+        "command",
+        "process_name",
+        "user",
+        "uuid",
+        "pci_bus_id",
+        "owner",
+        "size_bytes",
+    ):
         if field_name in was and now.get(field_name) != was[field_name]:
             return (
                 f"{name} {key}: {field_name.replace('_', ' ')} was {was[field_name]!r}, "
                 f"now {now.get(field_name)!r}"
             )
-    if "age_s" in was and isinstance(now.get("age_s"), int | float):
-        if now["age_s"] + AGE_SLACK_S < was["age_s"]:
-            what = "another process" if kind == "process" else "a new file"
-            return f"{name} {key} is now {what} (younger than the one in the plan)"
+    age = now.get("age_s")
+    if "age_s" in was and isinstance(age, int | float) and age + AGE_SLACK_S < was["age_s"]:
+        what = "another process" if kind == "process" else "a new file"
+        return f"{name} {key} is now {what} (younger than the one in the plan)"
     if kind == "gpu":
         new = sorted(set(now.get("holders", ())) - set(was.get("holders", ())))
         if new:

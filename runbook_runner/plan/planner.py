@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.expect import CheckResult, evaluate_checks
+from runbook_runner.format import expr
 from runbook_runner.format.template import Template
 from runbook_runner.plan import decide
 from runbook_runner.plan.identity import Target, target
@@ -79,6 +80,7 @@ class Action:
     restored_by: tuple[str, ...] = ()
     left_alone: tuple[str, ...] = ()
     reason: str = ""  # why it is blocked (STOPS, STOPS_IF_REACHED)
+    waits: str = ""  # what it then waits for, and how long at most
 
 
 @dataclass(frozen=True)
@@ -174,13 +176,15 @@ def make_plan(
             if said not in left_alone:
                 left_alone.append(said)
         after = f" after {', '.join(changed_by)}" if changed_by else ""
-        base = {
-            "step": step.id,
-            "title": step.title,
-            "destructive": step.destructive,
-            "affects": step.affects or ("node" if step.reboots else "host"),
-            "left_alone": decision.left_alone,
-        }
+        base = Action(
+            step=step.id,
+            title=step.title,
+            timing=Timing.FIRST,
+            destructive=step.destructive,
+            affects=step.affects or ("node" if step.reboots else "host"),
+            left_alone=decision.left_alone,
+            waits=_waits(step, params),
+        )
         restores = [r for r in restoring[step.id] if r in planned]
         if decision.verdict is decide.Verdict.RUN:
             commands, targets = _commands(step, decision.items, render)
@@ -188,21 +192,32 @@ def make_plan(
             gate = _gate(step, allow_reboot)
             if gate is not None:
                 timing = Timing.GATED
-                condition = f"needs {gate}" + (f"; only if {_trigger(step, runbook.goal)}{after}" if changed_by else "")
+                condition = f"needs {gate}" + (
+                    f"; only if {_trigger(step, runbook.goal)}{after}" if changed_by else ""
+                )
                 if not changed_by:
                     stopped, stop_gate = Ending.NEEDS_GATE, gate
             elif not changed_by:
                 timing, condition = Timing.FIRST, ""
             else:
-                timing, condition = Timing.IF_STILL, f"only if {_trigger(step, runbook.goal)}{after}"
+                timing, condition = (
+                    Timing.IF_STILL,
+                    f"only if {_trigger(step, runbook.goal)}{after}",
+                )
             actions.append(
-                Action(**base, timing=timing, commands=commands, targets=targets,
-                       condition=condition, gate=gate)
+                replace(
+                    base,
+                    timing=timing,
+                    commands=commands,
+                    targets=targets,
+                    condition=condition,
+                    gate=gate,
+                )
             )
             planned.add(step.id)
-            if timing is Timing.FIRST and _changes_host(step):
-                changed_by.append(step.id)
-            elif timing is Timing.IF_STILL and _changes_host(step):
+            if (timing is Timing.FIRST and _changes_host(step)) or (
+                timing is Timing.IF_STILL and _changes_host(step)
+            ):
                 changed_by.append(step.id)
             continue
         if decision.verdict is decide.Verdict.BLOCKED:
@@ -212,12 +227,16 @@ def make_plan(
                 continue
             if gate is not None:
                 timing = Timing.GATED
-                condition = f"needs {gate}" + (f"; only if {_trigger(step, runbook.goal)}{after}" if changed_by else "")
+                condition = f"needs {gate}" + (
+                    f"; only if {_trigger(step, runbook.goal)}{after}" if changed_by else ""
+                )
             else:
                 timing = Timing.STOPS_IF_REACHED if changed_by else Timing.STOPS
                 condition = f"if reached{after}: the run stops here" if changed_by else ""
             actions.append(
-                Action(**base, timing=timing, condition=condition, gate=gate, reason=decision.message)
+                replace(
+                    base, timing=timing, condition=condition, gate=gate, reason=decision.message
+                )
             )
             if not changed_by:
                 stopped = Ending.NEEDS_GATE if gate is not None else Ending.CANNOT_TELL
@@ -229,8 +248,8 @@ def make_plan(
             commands, _ = _commands(step, paired_items, render, fallback=True)
             paired = [t for r in restores for a in actions if a.step == r for t in a.targets]
             actions.append(
-                Action(
-                    **base,
+                replace(
+                    base,
                     timing=Timing.RESTORES,
                     commands=commands,
                     targets=tuple(paired),
@@ -309,8 +328,10 @@ def _ending(
             left = step.wait.nothing_left
             if left and _holds(runbook, params, state, left):
                 continue  # nothing is being torn down: waiting cannot help
-        if step.affects == "process" and action.targets and all(
-            t.fields.get("pid") in hung for t in action.targets
+        if (
+            step.affects == "process"
+            and action.targets
+            and all(t.fields.get("pid") in hung for t in action.targets)
         ):
             continue  # hung in the kernel: a signal waits until the kernel lets it go
         still -= addressed(step)
@@ -382,10 +403,23 @@ def _pair_restores(actions: Sequence[Action]) -> list[Action]:
     for action in actions:
         if action.restores is not None:
             by_restored.setdefault(action.restores, []).append(action.step)
-    return [
-        Action(**{**a.__dict__, "restored_by": tuple(by_restored.get(a.step, ()))})
-        for a in actions
-    ]
+    return [replace(a, restored_by=tuple(by_restored.get(a.step, ()))) for a in actions]
+
+
+def _waits(step: Step, params: Mapping[str, Any]) -> str:
+    if step.wait is None:
+        return ""
+    timeout = step.wait.timeout
+    if isinstance(timeout, int | float):
+        limit = f"{timeout:g} s"
+    else:
+        try:
+            limit = (
+                f"{float(expr.evaluate(timeout.tree, params.__getitem__)):g} s ({timeout.source})"
+            )
+        except (expr.EvalError, KeyError, TypeError, ValueError):
+            limit = timeout.source
+    return f"until {', '.join(step.wait.until)} hold, at most {limit}"
 
 
 def _gate(step: Step, allow_reboot: bool) -> str | None:
@@ -427,5 +461,3 @@ def _commands(
                 raise
             return (step.run.source,), tuple(target(i) for i in items)
     return tuple(commands), tuple(target(i) for i in commands.values() if i is not None)
-
-

@@ -93,6 +93,7 @@ def action_json(action: Action, gpu_holders: Mapping[int, list[str]]) -> dict[st
         "restored_by": list(action.restored_by),
         "left_alone": list(action.left_alone),
         "reason": action.reason,
+        "waits": action.waits,
     }
 
 
@@ -222,7 +223,9 @@ def fingerprints(state: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[st
             continue
         for item in records:
             tgt = identity.target(item)
-            found.setdefault((tgt.record, tgt.kind, tgt.key), identity.fingerprint(tgt, gpu_holders))
+            found.setdefault(
+                (tgt.record, tgt.kind, tgt.key), identity.fingerprint(tgt, gpu_holders)
+            )
     return found
 
 
