@@ -222,7 +222,7 @@ def test_connecting_gives_the_switch_interval_back(gpu_host):
     import argparse
     import sys
 
-    from runbook_runner.cli.connecting import Connecting
+    from runbook_runner.cli.connecting import Connecting, Destination
 
     before = sys.getswitchinterval()
     args = argparse.Namespace(
@@ -235,13 +235,13 @@ def test_connecting_gives_the_switch_interval_back(gpu_host):
         connect_timeout=10.0,
         ssh_config=None,
     )
-    connecting = Connecting(args)
+    connecting = Connecting(Destination.from_args(args))
     assert sys.getswitchinterval() < before
     said: list[str] = []
     with connecting.result(said.append) as transport:
         assert sys.getswitchinterval() == before
         assert transport.run("echo hi", timeout=10).stdout == "hi\n"
-    abandoned = Connecting(args)
+    abandoned = Connecting(Destination.from_args(args))
     abandoned.abandon()
     assert sys.getswitchinterval() == before
 

@@ -1,6 +1,6 @@
 """Writing a new runbook: the skeleton ``runbook new`` writes, and where its docs link goes.
 
-Pure: names and text in, text out. cli/__init__.py asks, writes the files and prints.
+Pure: names and text in, text out. cli/runbooks.py asks, writes the files and prints.
 """
 
 from __future__ import annotations

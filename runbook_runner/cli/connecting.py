@@ -13,6 +13,7 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,23 +40,59 @@ def _prompt_passphrase(prompt: str) -> str | None:
     return console.prompt_passphrase(prompt)
 
 
-def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTransport:
+@dataclass(frozen=True)
+class Destination:
+    """The host to connect to and how: ``--host`` and the SSH options, typed (a drill
+    builds one for its simulated host)."""
+
+    host: str
+    port: int | None = None
+    user: str | None = None
+    identity: tuple[str, ...] | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    connect_timeout: float | None = None
+    ssh_config: str | None = None
+    ssh_client: str | None = "auto"  # None: no OpenSSH client to ask (`ssh -G`)
+    ssh_options: tuple[str, ...] = ()
+    jump: str | None = None
+    become_password: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Destination:
+        return cls(
+            args.host,
+            port=args.port,
+            user=args.user,
+            identity=tuple(args.identity) if args.identity else None,
+            known_hosts=args.known_hosts,
+            accept_new_host_key=args.accept_new_host_key,
+            connect_timeout=args.connect_timeout,
+            ssh_config=args.ssh_config,
+            ssh_client=getattr(args, "ssh_client", "auto"),
+            ssh_options=tuple(getattr(args, "ssh_options", None) or ()),
+            jump=getattr(args, "jump", None),
+            become_password=become_password(args),
+        )
+
+
+def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
     """Resolve ``--host`` and the SSH options as OpenSSH would, and log in."""
     # `ssh -G` needs no paramiko: it runs while the main thread imports it.
     from runbook_runner.ssh.config import resolve_target
 
     target = resolve_target(
-        args.host,
-        port=args.port,
-        user=args.user,
-        identity_files=args.identity,
-        known_hosts=Path(args.known_hosts) if args.known_hosts else None,
-        accept_new_host_key=args.accept_new_host_key,
-        connect_timeout=args.connect_timeout,
-        ssh_config=Path(args.ssh_config) if args.ssh_config else None,
-        ssh=getattr(args, "ssh_client", "auto"),
-        options=getattr(args, "ssh_options", None) or (),
-        jump=getattr(args, "jump", None),
+        to.host,
+        port=to.port,
+        user=to.user,
+        identity_files=list(to.identity) if to.identity else None,
+        known_hosts=Path(to.known_hosts) if to.known_hosts else None,
+        accept_new_host_key=to.accept_new_host_key,
+        connect_timeout=to.connect_timeout,
+        ssh_config=Path(to.ssh_config) if to.ssh_config else None,
+        ssh=to.ssh_client,
+        options=to.ssh_options,
+        jump=to.jump,
     )
     import_transport()  # waits for the main thread's import of it, if that is under way
     from runbook_runner.transport import SshTransport
@@ -69,7 +106,7 @@ def connect(args: argparse.Namespace, say: Callable[[str], None]) -> SshTranspor
         print(f"runbook: {visible(text, lines=False)}", file=sys.stderr, flush=True)
 
     transport = SshTransport(target, _prompt_passphrase, recorded, notice)
-    transport.become_password = become_password(args)
+    transport.become_password = to.become_password
     return transport.connect()
 
 
@@ -92,7 +129,7 @@ class Connecting:
     what connecting had to say, on the caller's thread), or raises what connecting raised;
     :meth:`abandon` closes it when the run never starts."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, to: Destination) -> None:
         # While this thread imports and loads, paramiko's threads need the GIL for every
         # handshake message; by default they wait up to 5 ms for it each time.
         self._switch_interval = sys.getswitchinterval()
@@ -102,13 +139,13 @@ class Connecting:
         self._abandoned = False
         self._said: list[str] = []
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._connect, args=(args,), daemon=True)
+        self._thread = threading.Thread(target=self._connect, args=(to,), daemon=True)
         self._thread.start()  # it starts with `ssh -G`, a process to wait for
         import_transport()  # on this thread meanwhile: see the module doc
 
-    def _connect(self, args: argparse.Namespace) -> None:
+    def _connect(self, to: Destination) -> None:
         try:
-            transport = connect(args, self._said.append)
+            transport = connect(to, self._said.append)
         except BaseException as error:  # handed to the main thread by result()
             self._error = error
             return
@@ -144,4 +181,4 @@ def started(args: argparse.Namespace) -> Connecting:
     if early is not None:  # a Connecting, or --local's LocalConnecting (runbook_runner/local.py)
         args.connecting = None  # handed over once
         return cast("Connecting", early)
-    return Connecting(args)
+    return Connecting(Destination.from_args(args))

@@ -5,7 +5,6 @@ With the rest of cli/, the only code that prints or asks; the text itself comes 
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import sys
 import time
@@ -92,30 +91,24 @@ def report_state(out: Output, runbook: Runbook, observed: Any, title: str) -> No
 
 
 class Confirmer:
-    """Asks before each destructive step, naming the host and the exact commands."""
+    """Asks before each destructive step, naming the host and the exact commands (the run
+    session's consent for one host: it journals each answer with :meth:`answered_by`)."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        out: Output,
-        host: str,
-        record: Callable[..., None] = lambda request, answer, who, **why: None,
-    ) -> None:
-        self.yes, self.out, self.host = args.yes, out, host
-        self.record = record
-        self.allow_reboot = args.allow_reboot
+    def __init__(self, out: Output, host: str, *, yes: bool, allow_reboot: bool) -> None:
+        self.yes, self.out, self.host = yes, out, host
+        self.allow_reboot = allow_reboot
         self.refusal: str | None = None
         self.reboot_blocked = False
 
     def __call__(self, request: ConfirmRequest) -> Answer:
-        answer = self._ask(request)
-        who = getpass.getuser() + (
+        return self._ask(request)
+
+    def answered_by(self, request: ConfirmRequest, answer: Answer) -> str:
+        return getpass.getuser() + (
             " (--yes)"
             if self.yes and answer.yes and not request.step.reboots and not request.resend
             else ""
         )
-        self.record(request, answer.yes, who, reason=answer.reason, asked=answer.asked)
-        return answer
 
     def _ask(self, request: ConfirmRequest) -> Answer:
         from runbook_runner.events import Answer

@@ -1,7 +1,8 @@
 """``runbook drill`` and ``runbook test``: a run on a simulated GPU server.
 
-Part of the CLI layer (cli/): it sets up the simulated host (simhost/drill.py), points the
-run's options at it, runs it as ``runbook run`` does (host.py), and prints the debrief.
+Part of the CLI layer (cli/): it sets up the simulated host (simhost/drill.py), runs the
+runbook there through the run session as ``runbook run`` does (host.py), and prints the
+debrief.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from typing import TYPE_CHECKING, Any
 from runbook_runner import journal as journal_module
 from runbook_runner import localfile
 from runbook_runner.cli import console
-from runbook_runner.cli.host import execute_run, load_named
+from runbook_runner.cli.connecting import Connecting, Destination
+from runbook_runner.cli.host import RunSettings, load_named, run_on_host
 from runbook_runner.errors import RunbookRunnerError, UsageError
+from runbook_runner.format.parameters import gpu_range, resolve_parameters
+from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
     from runbook_runner.events import RunReport
@@ -43,18 +47,22 @@ class DrillHooks:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    return _drill(args, args.scenario, yes=args.yes)
+
+
+def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
     from runbook_runner.simhost import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
-    named = args.scenario != "random"
-    if named and args.scenario not in SCENARIOS:
+    named = scenario_name != "random"
+    if named and scenario_name not in SCENARIOS:
         raise UsageError(
-            f"--scenario {args.scenario}: no such scenario "
+            f"--scenario {scenario_name}: no such scenario "
             f"(scenarios: {', '.join(SCENARIOS)}, or random)",
             f"runbook {args.command}",
         )
     runbook = load_named(args)  # a bad runbook name fails before anything starts
-    name = drills.pick(args.scenario)
+    name = drills.pick(scenario_name)
     drill = drills.start(name)
     scenario = drill.scenario
     out = console.Output(args.json)
@@ -68,15 +76,13 @@ def cmd_drill(args: argparse.Namespace) -> int:
                 + " (the debrief names it)."
             )
         _describe_simulated_host(out, drill)
-        given = {item.split("=", 1)[0] for item in getattr(args, "set", None) or []}
+        given = {item.split("=", 1)[0] for item in args.set}
         known = [
             f"{k}={v}" for k, v in scenario.params if k not in given and k in runbook.parameters
         ]
         if known:
-            args.set = [*known, *(getattr(args, "set", None) or [])]
             out.line("What the operator knows here: " + " ".join(f"--set {kv}" for kv in known))
         started = drill.host.clock.now()
-        _point_at_simulated_host(args, drill)
 
         def judge(report: RunReport, code: int) -> drills.Judgement:
             said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
@@ -96,9 +102,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
         hooks = DrillHooks(name, drill.host.clock.now, judge)
         hooks.retry = hooks.retry.replace("NAME", args.runbook)
-        code, report = execute_run(
-            args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep, drill=hooks
-        )
+        code, report = _run_simulated(args, runbook, known, drill, yes=yes, hooks=hooks)
         if report is not None:
             judgement = judge(report, code)
             if hooks.journal is not None:
@@ -114,14 +118,13 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's."""
+    """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's.
+    The host is simulated: nothing to ask about (as with --yes)."""
     from runbook_runner.simhost.statefile import StateFileError, host_from_state
 
-    args.yes = True  # the host is simulated: nothing to ask about
     load_named(args)
     if args.state is None:
-        args.scenario = args.scenario or "oom-crash"
-        return cmd_drill(args)
+        return _drill(args, args.scenario or "oom-crash", yes=True)
     from runbook_runner.format.yamlsource import DocumentError, load_data
 
     try:
@@ -136,28 +139,67 @@ def cmd_test(args: argparse.Namespace) -> int:
         raise StateFileInvalid(str(error)) from None
     except StateFileError as error:
         raise StateFileInvalid(f"--state {args.state}: {error}") from None
-    args.scenario = Path(args.state).name
-    return _simulate(args, "Test", host)
+    return _simulate(args, Path(args.state).name, "Test", host)
 
 
-def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:
+def _simulate(args: argparse.Namespace, name: str, label: str, state: Any) -> int:
     """A run on the simulated host a state file describes (no expert's row to judge it by)."""
     from runbook_runner.simhost import drill as drills
 
-    drill = drills.start(args.scenario, state)
+    runbook = load_named(args)
+    drill = drills.start(name, state)
     out = console.Output(args.json)
     try:
-        out.line(out.style(f"{label}: {args.scenario}", "bold") + f": {drill.scenario.teaches}.")
+        out.line(out.style(f"{label}: {name}", "bold") + f": {drill.scenario.teaches}.")
         _describe_simulated_host(out, drill)
         started = drill.host.clock.now()
-        _point_at_simulated_host(args, drill)
-        code, report = execute_run(args, clock=drill.host.clock.now, sleep=drill.host.clock.sleep)
+        code, report = _run_simulated(args, runbook, [], drill, yes=True)
         console.state_debrief(
             out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
         )
         return code
     finally:
         drill.close()
+
+
+def _run_simulated(
+    args: argparse.Namespace,
+    runbook: Runbook,
+    known: list[str],
+    drill: Any,
+    *,
+    yes: bool,
+    hooks: DrillHooks | None = None,
+) -> tuple[int, RunReport | None]:
+    """The run on the simulated host, as ``runbook run`` runs one host (cli/host.py, through
+    the run session): no lock and a journal in the usual folder; its simulated time."""
+    settings = RunSettings(
+        dry_run=getattr(args, "dry_run", False),
+        out=getattr(args, "out", None),
+        simulated=True,
+        yes=yes,
+        allow_reboot=args.allow_reboot,
+        allow_node_wide=getattr(args, "allow_node_wide", False),
+        lock=False,
+        as_json=args.json,
+    )
+    connecting = Connecting(_simulated_host(drill))
+    try:
+        narrowed = gpu_range(runbook, getattr(args, "gpus", None))
+        params = resolve_parameters(runbook, [*narrowed, *known, *args.set])
+    except BaseException:
+        connecting.abandon()  # bad input is reported as such, whatever the host does
+        raise
+    return run_on_host(
+        settings,
+        runbook,
+        params,
+        connecting,
+        console.Output(args.json),
+        clock=drill.host.clock.now,
+        sleep=drill.host.clock.sleep,
+        drill=hooks,
+    )
 
 
 def _describe_simulated_host(out: console.Output, drill: Any) -> None:
@@ -169,24 +211,18 @@ def _describe_simulated_host(out: console.Output, drill: Any) -> None:
     )
 
 
-def _point_at_simulated_host(args: argparse.Namespace, drill: Any) -> None:
-    """The run's options, aimed at the simulated host: its port, key and known_hosts."""
-    args.host, args.port, args.user = "127.0.0.1", drill.host.port, "root"
-    args.identity, args.known_hosts = [str(drill.identity)], str(drill.known_hosts)
-    args.ssh_config, args.accept_new_host_key, args.connect_timeout = (
-        str(drill.ssh_config),
-        False,
-        5.0,
-    )
-    args.dry_run, args.from_step = getattr(args, "dry_run", False), None
-    args.plan = args.approved_by = None
-    # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
-    # resolve, and a drill starts no program on this machine.
-    args.ssh_client = None
-    args.lock, args.journal, args.resume, args.break_lock, args.force = (
-        False,
-        None,
-        None,
-        False,
-        False,
+def _simulated_host(drill: Any) -> Destination:
+    """Where the run connects: the simulated host's port, key and known_hosts. The drill's
+    ssh config is empty and every option is given: nothing for OpenSSH to resolve, and a
+    drill starts no program on this machine."""
+    return Destination(
+        "127.0.0.1",
+        port=drill.host.port,
+        user="root",
+        identity=(str(drill.identity),),
+        known_hosts=str(drill.known_hosts),
+        ssh_config=str(drill.ssh_config),
+        accept_new_host_key=False,
+        connect_timeout=5.0,
+        ssh_client=None,
     )

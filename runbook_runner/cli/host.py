@@ -1,4 +1,4 @@
-"""The commands that reach a host: check, run and drill, and the run journal around them.
+"""The commands that reach one host: check and run (through the run session), runs, postmortem.
 
 Part of the CLI layer (cli/): it prints (through console.py) and picks exit codes.
 """
@@ -6,41 +6,30 @@ Part of the CLI layer (cli/): it prints (through console.py) and picks exit code
 from __future__ import annotations
 
 import argparse
-import contextlib
 import getpass
 import json
 import os
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_runner import __version__, localfile
 from runbook_runner import journal as journal_module
+from runbook_runner import localfile, session
 from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
-from runbook_runner.errors import (
-    Interrupted,
-    NeedsConfirmation,
-    TransportError,
-    UsageError,
-)
-from runbook_runner.exitcodes import ExitCode
+from runbook_runner.errors import UsageError
 from runbook_runner.format.catalog import Catalog, search_path
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
 from runbook_runner.journal import resume as resume_module
-from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.plan import saved as saved_plan
 from runbook_runner.runbook import Runbook, load
-from runbook_runner.safetext import markdown_cell, visible
-from runbook_runner.ssh.hostlock import HostLock
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
+    from runbook_runner.cli.connecting import Connecting
     from runbook_runner.cli.drill import DrillHooks
-    from runbook_runner.events import Event, RunReport
+    from runbook_runner.events import RunReport
     from runbook_runner.expect import CheckResult
     from runbook_runner.transport import SshTransport
 
@@ -72,10 +61,6 @@ def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]
     return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
 
 
-def _secret_free(runbook: Runbook, params: dict[str, Any]) -> dict[str, Any]:
-    return {k: ("***" if runbook.parameters[k].secret else v) for k, v in params.items()}
-
-
 def check_json(result: CheckResult, runbook: Runbook) -> dict[str, Any]:
     """A check's verdict for --json; a failing one carries its hint (what a human does)."""
     document = result.to_json()
@@ -85,7 +70,7 @@ def check_json(result: CheckResult, runbook: Runbook) -> dict[str, Any]:
     return document
 
 
-def _host_label(args: argparse.Namespace, transport: SshTransport) -> str:
+def _host_label(transport: SshTransport) -> str:
     user = transport.login_user or "?"
     return f"{transport.target.label} as {user}"
 
@@ -97,7 +82,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     out = console.Output(args.json)
     runbook, params, connected = _load_and_connect(args, out)
     with connected as transport:
-        out.line(f"{runbook.name} on {_host_label(args, transport)} (read-only check)")
+        out.line(f"{runbook.name} on {_host_label(transport)} (read-only check)")
         observed = Runner(runbook, params, transport).check_goal("now")
     ok = all(r.ok for r in observed.results)
     console.report_state(out, runbook, observed, "State:")
@@ -112,7 +97,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "runbook": runbook.name,
             "host": transport.target.host,
             "ok": ok,
-            "parameters": _secret_free(runbook, params),
+            "parameters": session.secret_free(runbook, params),
             "state": render.state_json(runbook, observed.state),
             "checks": [check_json(r, runbook) for r in observed.results],
         }
@@ -139,20 +124,52 @@ def _metrics_host(args: argparse.Namespace, transport: Any) -> str:
     return str(args.host or transport.target.host).rsplit("@", 1)[-1]
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """``run`` on one host as the command line asked for it (a drill and ``test`` give
+    their own: no lock, no journal file of the operator's, their simulated host)."""
+
+    dry_run: bool = False
+    from_step: str | None = None
+    yes: bool = False
+    allow_reboot: bool = False
+    allow_node_wide: bool = False
+    journal: Path | None = None  # default: a new file in the journal folder
+    lock: bool = True
+    break_lock: bool = False
+    as_json: bool = False
+    out: str | None = None  # with dry_run: save the plan here
+    asked: tuple[tuple[str, Any], ...] = ()  # the runbook and host as the command line named them
+    simulated: bool = False  # a drill's host: a saved plan is for reading only
+    approved: saved_plan.SavedPlan | None = None  # run --plan: only what it holds
+    plan_file: str | None = None
+    approved_by: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunSettings:
+        return cls(
+            out=getattr(args, "out", None),
+            asked=(
+                ("runbook", str(args.runbook)),
+                ("host", getattr(args, "host", None)),
+                ("port", getattr(args, "port", None)),
+            ),
+            plan_file=getattr(args, "plan", None),
+            approved_by=getattr(args, "approved_by", None),
+            dry_run=args.dry_run,
+            from_step=args.from_step,
+            yes=args.yes,
+            allow_reboot=args.allow_reboot,
+            allow_node_wide=getattr(args, "allow_node_wide", False),
+            journal=Path(args.journal) if getattr(args, "journal", None) else None,
+            lock=True,
+            break_lock=getattr(args, "break_lock", False),
+            as_json=args.json,
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    return execute_run(args)[0]
-
-
-def execute_run(
-    args: argparse.Namespace,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-    drill: DrillHooks | None = None,
-) -> tuple[int, RunReport | None]:
-    """Run a runbook as ``runbook run`` does; the drill passes its simulated clock."""
-    from runbook_runner.journal.recording import Recorder
-    from runbook_runner.runner import Runner
-
+    """``runbook run`` on one host: check the command line while connecting, then run."""
     out = console.Output(args.json)
     connecting = started(args)
     approved = None
@@ -181,260 +198,17 @@ def execute_run(
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
-    with connecting.result(out.line) as transport, _signals_raise_interrupted():
-        host = _host_label(args, transport)
-        mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
-        out.line(f"{runbook.name} on {host}{mode}")
-        if args.dry_run:
-            from runbook_runner.cli import planview
-
-            planner_runner = Runner(
-                runbook,
-                params,
-                transport,
-                clock=clock,
-                sleep=sleep,
-                allow_node_wide=getattr(args, "allow_node_wide", False),
-            )
-            code = planview.print_plan(
-                args,
-                out,
-                runbook,
-                params,
-                planner_runner,
-                transport.target.label,
-                _secret_free(runbook, params),
-            )
-            return code, None
-        if approved is not None:
-            saved_plan.check_host(approved, transport.target.label)
-            out.line(
-                f"applying the approved plan {args.plan} (sha256 {approved.sha256[:16]}"
-                + (f", approved by {args.approved_by}" if args.approved_by else "")
-                + "): only its steps, on only its targets"
-            )
-        journal, run_id = _open_journal(args, runbook, transport, params, resume, drill, approved)
-        recorder = Recorder(journal, runbook, params)
-        out.line(out.style(f"journal: {journal.path}", "dim"))
-        confirmer = console.Confirmer(args, out, host, record=recorder.confirmation)
-        printer = console.printer(out, runbook)
-
-        def on_event(event: Event) -> None:
-            recorder.on_event(event)
-            printer(event)
-
-        runner = Runner(
-            runbook,
-            params,
-            transport,
-            on_event=on_event,
-            confirm=confirmer,
-            clock=clock,
-            sleep=sleep,
-            changed=resume[1].changed if resume is not None else None,
-            allow_node_wide=getattr(args, "allow_node_wide", False),
-            approved=approved,
-        )
-        lock = None
-        report: RunReport | None = None
-        outcome = "interrupted"
-        extra: dict[str, Any] = {}
-        try:
-            if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
-                lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
-                previous = lock.acquire(break_stale=getattr(args, "break_lock", False))
-                took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
-                journal.write("lock", held=True, **took)
-            report = runner.run(
-                from_step=args.from_step,
-                dry_run=args.dry_run,
-                resume=resume[1] if resume is not None else None,
-            )
-            outcome = "declined" if report.declined else "finished"
-        except Interrupted as interrupt:
-            extra = {
-                "signal": signal.Signals(interrupt.signum).name,
-                "ended_on_host": (
-                    f"process group {interrupt.ended_on_host}" if interrupt.ended_on_host else None
-                ),
-            }
-            raise
-        except NeedsConfirmation:
-            outcome = "needs-confirmation"
-            raise
-        except BaseException as error:
-            outcome, extra = "error", {"error": str(error) or type(error).__name__}
-            raise
-        finally:
-            # Cleanup never hides why the run stopped: its own failures are recorded, not raised.
-            if lock is not None:
-                try:
-                    lock.release()
-                except (TransportError, KeyboardInterrupt) as error:
-                    extra["lock_release_failed"] = str(error)
-            journal.write(
-                "run-end",
-                ok=report is not None and report.ok,
-                outcome=outcome,
-                reached_by=report.reached_by if report is not None else None,
-                declined=report.declined if report is not None else None,
-                interrupted=outcome == "interrupted",
-                stopped_by=_stopped_by(report, confirmer),
-                blocked=report.blocked.message if report is not None and report.blocked else None,
-                **extra,
-            )
-            if drill is not None:
-                drill.journal = journal.path
-            journal.close()
-    console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
-    code = _exit_code(args, report, confirmer)
-    if args.json:
-        after = report.after
-        document = {
-            "runbook": runbook.name,
-            "host": transport.target.host,
-            "ok": report.ok,
-            "dry_run": args.dry_run,
-            "reached_by": report.reached_by,
-            "parameters": _secret_free(runbook, params),
-            "state": render.state_json(runbook, after.state) if after else None,
-            "checks": [check_json(r, runbook) for r in after.results] if after else [],
-            "steps": [r.to_json() for r in report.steps],
-        }
-        if drill is not None:
-            document["drill"] = drill.summary(report, code)
-        print(json.dumps(document, indent=2))
-    return code, report
-
-
-def _exit_code(args: argparse.Namespace, report: RunReport, confirmer: console.Confirmer) -> int:
-    return outcomes.run_code(report, dry_run=args.dry_run, reboot_blocked=confirmer.reboot_blocked)
-
-
-@contextlib.contextmanager
-def _signals_raise_interrupted() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted (once: a second signal during the
-    cleanup it starts is ignored, so the remote command is ended and the lock released)."""
-    raised: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if raised:
-            return
-        raised.append(signum)
-        raise Interrupted(signum)
-
-    with stop_signals_handled_by(handler):
-        yield
-
-
-@contextlib.contextmanager
-def stop_signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP go to ``handler`` for the block (main thread only: a
-    worker thread cannot take signals), and back to what they were after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, handler) for signum in wanted}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
-def _stopped_by(report: RunReport | None, confirmer: console.Confirmer) -> str | None:
-    """Who or what stopped a run before its end: 'operator', 'needs --allow-reboot', ..."""
-    if report is None or not report.declined:
-        return None
-    declined = next((r for r in report.steps if r.status == "declined"), None)
-    reason = declined.message if declined is not None else ""
-    return "operator" if reason.startswith("declined by") else reason or "operator"
-
-
-def _lock_owner(run_id: str) -> dict[str, Any]:
-    import socket
-
-    return {
-        "operator": getpass.getuser(),
-        "run": run_id,
-        "client": socket.gethostname(),
-        "pid": os.getpid(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
-def _journal_folder() -> Path:
-    return journal_module.default_dir(os.environ)
-
-
-def _open_journal(
-    args: argparse.Namespace,
-    runbook: Runbook,
-    transport: SshTransport,
-    params: dict[str, Any],
-    resume: tuple[Path, ResumePlan] | None,
-    drill: DrillHooks | None = None,
-    approved: saved_plan.SavedPlan | None = None,
-) -> tuple[journal_module.Journal, str]:
-    from runbook_runner.transport import fingerprint
-
-    if resume is not None:
-        path, plan = resume
-        journal = journal_module.Journal(path)
-        partial = journal.drop_cut_short_tail()
-        in_flight = plan.in_flight
-        dropped: dict[str, Any] = {} if partial is None else {"dropped_cut_short_line": partial}
-        journal.write(
-            "resume",
-            from_step=plan.first,
-            operator=getpass.getuser(),
-            skipped_as_finished=list(plan.finished),
-            in_flight=(
-                {"step": in_flight.step, "maybe_sent": in_flight.maybe_sent} if in_flight else None
-            ),
-            **dropped,
-        )
-        return journal, plan.run
-    run_id = journal_module.new_run_id(runbook.name, transport.target.host)
-    path = (
-        Path(args.journal)
-        if getattr(args, "journal", None)
-        else _journal_folder() / f"{run_id}.jsonl"
-    )
-    journal = journal_module.Journal(path, drill.journal_clock if drill is not None else None)
-    marks: dict[str, Any] = {}
-    if drill is not None:  # a drill: its scenario, on simulated time
-        marks = {"drill": drill.scenario, "simulated_time": True}
-    if approved is not None:  # what was reviewed, and by whom
-        marks["plan"] = {
-            "file": str(args.plan),
-            "sha256": approved.sha256,
-            "approved_by": getattr(args, "approved_by", None),
-        }
-    journal.write(
-        "run-start",
-        **marks,
-        run=run_id,
-        runbook=runbook.name,
-        runbook_path=runbook.path,
-        runbook_sha256=runbook.sha256,
-        parameters=_secret_free(runbook, params),
-        operator=getpass.getuser(),
-        host=transport.target.label,
-        login=transport.login_user,
-        host_key=fingerprint(transport.host_key) if transport.host_key else None,
-        tool_version=__version__,
-        dry_run=args.dry_run,
-    )
-    return journal, run_id
+    settings = replace(RunSettings.from_args(args), approved=approved)
+    code, _ = run_on_host(settings, runbook, params, connecting, out, resume=resume)
+    return code
 
 
 def _approved_plan(
     args: argparse.Namespace, runbook: Runbook, params: dict[str, Any]
 ) -> tuple[saved_plan.SavedPlan, dict[str, Any]]:
     """The saved plan --plan names, checked against this runbook, with the parameters it
-    was made with (a --set may give only a secret, which the plan does not hold)."""
+    was made with (a --set may give only a secret, which the plan does not hold), and its
+    gates (a gate the plan was not made with is refused)."""
     text = localfile.read_text(Path(args.plan), localfile.CONFIG_LIMIT)
     approved = saved_plan.load(text, args.plan)
     saved_plan.check_runbook(approved, runbook)
@@ -446,8 +220,9 @@ def _approved_plan(
             continue
         if name in given and params.get(name) != value:
             raise saved_plan.PlanInvalid(
-                f"the plan was made with {name}={value!r}, and --set gives {params.get(name)!r}: "
-                "a saved plan runs with its own parameters (make a new plan to change them)"
+                f"the plan was made with {name}={value!r}, and --set gives "
+                f"{params.get(name)!r}: a saved plan runs with its own parameters (make a "
+                "new plan to change them)"
             )
         merged[name] = value
     gates = approved.document.get("gates", {})
@@ -464,23 +239,130 @@ def _approved_plan(
     return approved, merged
 
 
-def _latest_run(run: str, folder: Path) -> Path:
-    """A run by id, path or prefix; of several runs with that prefix, the latest, with a note."""
-    candidate = Path(run)
-    matches = sorted(folder.glob(f"{run}*.jsonl")) if folder.is_dir() and "/" not in run else []
-    if len(matches) > 1 and not (candidate.suffix == ".jsonl" and candidate.is_file()):
-        print(
-            f"{run!r} matches {len(matches)} runs; showing the latest, {matches[-1].stem}",
-            file=sys.stderr,
+def run_on_host(
+    settings: RunSettings,
+    runbook: Runbook,
+    params: dict[str, Any],
+    connecting: Connecting,
+    out: console.Output,
+    *,
+    resume: session.ResumePoint | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    drill: DrillHooks | None = None,
+) -> tuple[int, RunReport | None]:
+    """One host's run through the run session (session.py), as ``runbook run`` prints it;
+    a drill passes its simulated clock and its hooks."""
+    with connecting.result(out.line) as transport, session.signals_raise_interrupted():
+        host = _host_label(transport)
+        mode = " (dry run: observations only, nothing changes)" if settings.dry_run else ""
+        out.line(f"{runbook.name} on {host}{mode}")
+        if settings.dry_run:  # the plan: one look, nothing sent that changes anything
+            from runbook_runner.cli import planview
+            from runbook_runner.runner import Runner
+
+            looking = Runner(
+                runbook,
+                params,
+                transport,
+                clock=clock,
+                sleep=sleep,
+                allow_node_wide=settings.allow_node_wide,
+            )
+            secret_free = session.secret_free(runbook, params)
+            label = transport.target.label
+            return planview.print_plan(
+                out, runbook, params, looking, label, secret_free, settings
+            ), None
+        marks: dict[str, Any] = {}
+        if drill is not None:  # a drill: its scenario, on simulated time
+            marks = {"drill": drill.scenario, "simulated_time": True}
+        if settings.approved is not None:
+            saved_plan.check_host(settings.approved, transport.target.label)
+            out.line(
+                f"applying the approved plan {settings.plan_file} (sha256 "
+                f"{settings.approved.sha256[:16]}"
+                + (f", approved by {settings.approved_by}" if settings.approved_by else "")
+                + "): only its steps, on only its targets"
+            )
+            marks["plan"] = {  # what was reviewed, and by whom
+                "file": settings.plan_file,
+                "sha256": settings.approved.sha256,
+                "approved_by": settings.approved_by,
+            }
+        confirmer = console.Confirmer(
+            out, host, yes=settings.yes, allow_reboot=settings.allow_reboot
         )
-        return matches[-1]
-    return journal_module.find(run, folder)
+        printer = console.printer(out, runbook)
+
+        def on_event(event: session.SessionEvent) -> None:
+            if isinstance(event, session.JournalOpened):
+                out.line(out.style(f"journal: {event.path}", "dim"))
+            else:
+                printer(event)
+
+        outcome = session.run(
+            session.RunRequest(
+                runbook,
+                params,
+                transport,
+                confirmer,
+                session.JournalPolicy(
+                    journal_folder(),
+                    path=settings.journal,
+                    resume=resume,
+                    clock=drill.journal_clock if drill is not None else None,
+                    marks=marks,
+                ),
+                getpass.getuser(),
+                lock=session.LockPolicy(settings.lock, settings.break_lock),
+                dry_run=settings.dry_run,
+                from_step=settings.from_step,
+                allow_node_wide=settings.allow_node_wide,
+                approved=settings.approved,
+                on_event=on_event,
+                clock=clock,
+                sleep=sleep,
+            )
+        )
+        if drill is not None:
+            drill.journal = outcome.journal
+        if outcome.error is not None:
+            raise outcome.error  # cli/outcomes.py's table says it and picks the exit code
+    report = outcome.report
+    assert report is not None
+    console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
+    code = outcomes.run_code(
+        report, dry_run=settings.dry_run, reboot_blocked=confirmer.reboot_blocked
+    )
+    if settings.as_json:
+        after = report.after
+        document = {
+            "runbook": runbook.name,
+            "host": transport.target.host,
+            "ok": report.ok,
+            "dry_run": settings.dry_run,
+            "reached_by": report.reached_by,
+            "parameters": session.secret_free(runbook, params),
+            "state": render.state_json(runbook, after.state) if after else None,
+            "checks": [check_json(r, runbook) for r in after.results] if after else [],
+            "steps": [r.to_json() for r in report.steps],
+        }
+        if drill is not None:
+            document["drill"] = drill.summary(report, code)
+        print(json.dumps(document, indent=2))
+    return code, report
 
 
-def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, ResumePlan]:
+def journal_folder() -> Path:
+    """Where run journals go: $XDG_STATE_HOME/runbook-runner/runs."""
+    return journal_module.default_dir(os.environ)
+
+
+def _resume_point(args: argparse.Namespace, runbook: Runbook) -> session.ResumePoint:
     """The journal to continue (a run id, or the path of a --journal FILE) and its plan."""
     try:
-        path = journal_module.find(args.resume, _journal_folder())
+        path = journal_module.find(args.resume, journal_folder())
     except journal_module.UnknownRun as error:  # nothing to resume from: exit 7, not 2
         raise journal_module.JournalError(f"cannot resume: {error}") from None
     journal = journal_module.read(path)
@@ -503,116 +385,6 @@ def _resume_point(args: argparse.Namespace, runbook: Runbook) -> tuple[Path, Res
             f"{runbook.path} changed since run {path.stem} started; resume anyway with --force"
         )
     try:
-        return path, resume_module.plan(journal.events, runbook, path.stem)
+        return session.ResumePoint(path, resume_module.plan(journal.events, runbook, path.stem))
     except resume_module.NotResumable as error:
         raise journal_module.JournalError(str(error)) from None
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    folder = _journal_folder()
-    if args.action == "show":
-        if not args.run:
-            raise UsageError("runs show needs a RUN id (see 'runbook runs')", "runbook runs")
-        journal = journal_module.read(_latest_run(args.run, folder))
-        for problem in journal.problems:
-            print(visible(str(problem)), file=sys.stderr)
-        rows = journal_module.timeline(journal)
-        if args.markdown:
-            print("| Time (UTC) | Step | Event |")
-            print("|---|---|---|")
-            for t, step, what in rows:
-                cells = " | ".join(markdown_cell(cell) for cell in (t, step, what))
-                print(f"| {cells} |")
-        else:
-            for t, step, what in rows:
-                print(visible(f"{t}  {step:<22} {what}", lines=False))
-        return ExitCode.OK
-    paths = sorted(folder.glob("*.jsonl"))[-args.last :] if folder.is_dir() else []
-    if not paths:
-        print(f"no runs recorded in {folder}")
-        return ExitCode.OK
-    summaries = [journal_module.summary(p) for p in paths]
-    print(
-        visible(
-            render.table(
-                [
-                    (
-                        x["run"],
-                        x["operator"],
-                        x["result"] + (f" (drill: {x['drill']})" if x.get("drill") else ""),
-                    )
-                    for x in summaries
-                ],
-                ("RUN", "OPERATOR", "RESULT"),
-            )
-        )
-    )
-    return ExitCode.OK
-
-
-def cmd_postmortem(args: argparse.Namespace) -> int:
-    from runbook_runner.kb import postmortem
-
-    journal = journal_module.read(journal_module.find(args.from_run, _journal_folder()))
-    for problem in journal.problems:
-        print(problem, file=sys.stderr)
-    if journal.first("run-start") is None:
-        raise journal_module.JournalError(f"{args.from_run}: no run-start line: not a run journal")
-    docs = Path(args.docs)
-    mkdocs_yml = docs.parent / "mkdocs.yml"
-    if not (docs / "postmortems").is_dir() or not mkdocs_yml.is_file():
-        raise UsageError(
-            f"--docs {docs}: needs {docs}/postmortems/ and {mkdocs_yml} (run it in the repository)",
-            "runbook postmortem",
-        )
-    known = {p.stem for p in (docs.parent / "runbooks").glob("*.yaml")}
-    page = _postmortem_draft(journal.events, args.title, known, docs)
-    target = docs / "postmortems" / page.filename
-    try:
-        nav = postmortem.add_to_nav(
-            mkdocs_yml.read_text(encoding="utf-8"), page.title, f"postmortems/{target.name}"
-        )
-    except ValueError as error:
-        raise UsageError(f"{mkdocs_yml}: {error}", "runbook postmortem") from None
-    target.write_text(page.markdown, encoding="utf-8")
-    mkdocs_yml.write_text(nav, encoding="utf-8")
-    print(f"wrote {target}" + (" (a drill)" if page.drill else ""))
-    print(f"added it to the nav in {mkdocs_yml}; fill in the TODO sections, then build the site")
-    return ExitCode.OK
-
-
-def _postmortem_draft(
-    events: list[dict[str, Any]], title: str | None, known: set[str], docs: Path
-) -> Any:
-    """The draft, dated today where the journal dates nothing, with the drill's scenario for
-    its debrief, and a title no other page under docs/postmortems/ has (' (2)', ' (3)')."""
-    import datetime
-
-    from runbook_runner.kb import postmortem
-    from runbook_runner.simhost.scenarios import SCENARIOS
-
-    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    start = next((e for e in events if e.get("event") == "run-start"), {})
-    scenario = SCENARIOS.get(str(start.get("drill") or ""))
-    about = (
-        {
-            "wrong": scenario.wrong,
-            "expert": scenario.expert,
-            "lesson": scenario.lesson,
-            "page": scenario.page,
-        }
-        if scenario is not None
-        else None
-    )
-    taken = {
-        line.split(":", 1)[1].strip().strip('"')
-        for page in (docs / "postmortems").glob("*.md")
-        for line in page.read_text(encoding="utf-8", errors="replace").splitlines()[:5]
-        if line.startswith("title:")
-    }
-    page = postmortem.draft(events, title, known, today, about)
-    base, counter = page.title, 2
-    while page.title in taken or (docs / "postmortems" / page.filename).exists():
-        page = postmortem.draft(events, f"{base} ({counter})", known, today, about)
-        counter += 1
-    return page

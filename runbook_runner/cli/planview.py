@@ -7,7 +7,6 @@ and written with ``--out`` for ``runbook run --plan FILE`` to apply.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -162,20 +161,22 @@ def _action_lines(number: int, action: Action) -> list[str]:
 
 
 def print_plan(
-    args: argparse.Namespace,
     out: console.Output,
     runbook: Runbook,
     params: dict[str, Any],
     runner: Any,
     host: str,
     secret_free: dict[str, Any],
+    settings: Any,
 ) -> int:
-    """Observe, make the plan, print it (or its JSON), save it with --out; the exit code
-    says how the run would end on this state."""
-    allow_reboot = bool(getattr(args, "allow_reboot", False))
-    allow_node_wide = bool(getattr(args, "allow_node_wide", False))
+    """Observe, make the plan, print it (or its JSON), save it with ``settings.out``; the
+    exit code says how the run would end on this state."""
     plan, state = make(
-        runbook, params, runner, allow_reboot=allow_reboot, allow_node_wide=allow_node_wide
+        runbook,
+        params,
+        runner,
+        allow_reboot=settings.allow_reboot,
+        allow_node_wide=settings.allow_node_wide,
     )
     doc = document(
         plan,
@@ -183,27 +184,22 @@ def print_plan(
         state,
         host=host,
         parameters=secret_free,
-        allow_reboot=allow_reboot,
-        allow_node_wide=allow_node_wide,
-        asked={
-            "runbook": str(args.runbook),
-            "host": getattr(args, "host", None),
-            "port": getattr(args, "port", None),
-        },
+        allow_reboot=settings.allow_reboot,
+        allow_node_wide=settings.allow_node_wide,
+        asked=dict(settings.asked),
     )
     for line in lines(plan, runbook, state, out.style):
         out.line(line)
-    if getattr(args, "out", None):
-        write(args.out, doc)
-        out.line(f"plan saved: {args.out} (sha256 {doc['sha256'][:16]})")
-        if getattr(args, "command", "") in {"drill", "test"}:
+    if settings.out:
+        write(settings.out, doc)
+        out.line(f"plan saved: {settings.out} (sha256 {doc['sha256'][:16]})")
+        if settings.simulated:
             out.line("(a drill's simulated host ends with the drill: this plan is for reading)")
-            return int(plan.exit_code) if not args.json else _print_json(doc, plan)
-        out.line(
-            f"apply exactly this: runbook run --plan {args.out} --approved-by NAME"
-            + (" --allow-reboot" if allow_reboot else "")
-        )
-    if args.json:
+        else:
+            out.line(
+                f"apply exactly this: runbook run --plan {settings.out} --approved-by NAME"
+            )
+    if settings.as_json:
         return _print_json(doc, plan)
     return int(plan.exit_code)
 

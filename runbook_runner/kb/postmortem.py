@@ -1,7 +1,7 @@
 """A run's journal as the first draft of a postmortem page (pure: events in, Markdown out).
 
 ``runbook postmortem new --from-run RUN`` writes the page under ``docs/postmortems/`` and
-adds it to the site's nav (cli/host.py does the I/O). What the run knows is filled in: the
+adds it to the site's nav (cli/runs.py does the I/O). What the run knows is filled in: the
 metadata, the timeline with each step's commands, targets and waits, the state before and
 after. What only a human knows is marked TODO.
 
