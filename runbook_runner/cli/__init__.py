@@ -124,8 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan:
         if _is_fleet(args):
             raise UsageError(
-                "a saved plan is for the one host it was made on: not with --hosts or "
-                "--inventory",
+                "a saved plan is for the one host it was made on: not with --hosts or --inventory",
                 "runbook run",
             )
         _from_plan(args)

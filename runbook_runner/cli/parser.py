@@ -19,8 +19,7 @@ EPILOG = f"""\
 examples:
   runbook check gpu-node-health --host 10.1.230.174
   runbook plan gpu-oom-recovery --host root@10.1.230.174 --out plan.json
-  runbook test gpu-oom-recovery --scenario stuck-d-state
-
+  runbook drill gpu-oom-recovery --scenario stuck-d-state
 exit codes:
 {exitcodes.describe()}
 
@@ -342,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = add(
         "plan",
         _later("cli", "cmd_plan"),
-        "observe a host and print (or save) what a run would do, for review",
+        "what a run would do, for review; --out saves it",
         "runbook plan gpu-oom-recovery --host 10.1.230.174 --out plan.json",
     )
     _add_host_options(plan)
