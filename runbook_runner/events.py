@@ -100,6 +100,8 @@ class StepRecord:
             "exit_status": self.exit_status,
             "message": self.message,
         }
+        if self.commands:
+            document["commands"] = list(self.commands)  # as shown: secrets masked
         if self.wait is not None:
             document["wait"] = self.wait.to_json()
         if self.targets:

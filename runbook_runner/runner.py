@@ -38,7 +38,7 @@ from runbook_runner.format.template import Template
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import ProcessOwner, Unavailable
-from runbook_runner.plan import decide, ownership
+from runbook_runner.plan import decide, identity, ownership, saved
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step, Subject
 from runbook_runner.ssh.batch import BatchCommand
 
@@ -84,6 +84,7 @@ class Runner:
         wall_clock: Callable[[], float] = time.time,
         changed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         allow_node_wide: bool = False,
+        approved: saved.SavedPlan | None = None,
     ) -> None:
         self.runbook = runbook
         self.params = dict(params)
@@ -94,6 +95,7 @@ class Runner:
         self.sleep = sleep
         self.wall_clock = wall_clock
         self.allow_node_wide = allow_node_wide
+        self.approved = approved  # a saved plan: only its steps, on only its targets
         self.subject = (
             runbook.subject.with_parameters(self.params) if runbook.subject is not None else None
         )
@@ -270,6 +272,22 @@ class Runner:
         is journalled and re-observes an in-flight step before sending anything again."""
         report = RunReport(self.runbook)
         report.before = self.check_goal("before")
+        if self.approved is not None and not dry_run:
+            moved = saved.what_moved(self.approved, report.before.state)
+            if moved:
+                # The plan was approved on another picture of the host: act on none of it.
+                report.blocked = StepRecord(
+                    "approved-plan",
+                    "blocked",
+                    self.wall_clock(),
+                    0.0,
+                    message="blocked: cannot tell: the host changed since the plan was made: "
+                    + "; ".join(moved)
+                    + " (make the plan again and have it approved again)",
+                )
+                report.steps.append(report.blocked)
+                report.after = report.before
+                return report
         steps = list(self.runbook.steps)
         if resume is not None:
             steps = [s for s in steps if s.id in resume.remaining]
@@ -483,6 +501,9 @@ class Runner:
             allow_node_wide=self.allow_node_wide,
         )
         self._left_alone = decision.left_alone
+        if self.approved is not None:
+            decision = self._as_approved(step, decision)
+            self._left_alone = decision.left_alone
         if decision.verdict is decide.Verdict.RUN:
             return decision.items
         status = "blocked" if decision.verdict is decide.Verdict.BLOCKED else "skipped"
@@ -493,6 +514,33 @@ class Runner:
             0.0,
             message=decision.message,
             skipped_because_holds=decision.holds,
+        )
+
+    def _as_approved(self, step: Step, decision: decide.Decision) -> decide.Decision:
+        """Under a saved plan, a step runs only if the plan has it, and only on its targets:
+        what it would act on beyond them is left alone, and said so."""
+        assert self.approved is not None
+        if decision.verdict is not decide.Verdict.RUN:
+            return decision
+        if step.id not in self.approved.steps():
+            return decide.Decision(decide.Verdict.SKIP, "not in the approved plan")
+        allowed = self.approved.targets_of(step.id)
+        if not decision.items:
+            return decision
+        kept: list[Any] = []
+        beyond: list[Any] = []
+        for item in decision.items:
+            named = identity.target(item)
+            (kept if (named.kind, named.key) in allowed else beyond).append(item)
+        left = tuple(f"{identity.target(i).text}: not in the approved plan" for i in beyond)
+        if not kept:
+            return decide.Decision(
+                decide.Verdict.SKIP,
+                "left alone: " + "; ".join(left),
+                left_alone=decision.left_alone + left,
+            )
+        return decide.Decision(
+            decide.Verdict.RUN, items=tuple(kept), left_alone=decision.left_alone + left
         )
 
     def _reboot(

@@ -33,6 +33,7 @@ from runbook_runner.runbook import Runbook
 if TYPE_CHECKING:
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
     from runbook_runner.journal.resume import ResumePlan
+    from runbook_runner.plan.saved import SavedPlan
     from runbook_runner.transport import SshTransport
 
 
@@ -117,6 +118,7 @@ class RunRequest:
     dry_run: bool = False
     from_step: str | None = None
     allow_node_wide: bool = False
+    approved: SavedPlan | None = None  # run --plan: only its steps, on only its targets
     on_event: Callable[[SessionEvent], None] = lambda event: None
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -268,6 +270,7 @@ def _runner(request: RunRequest, recorder: Any) -> Any:
         sleep=request.sleep,
         changed=resume.plan.changed if resume is not None else None,
         allow_node_wide=request.allow_node_wide,
+        approved=request.approved,
     )
 
 

@@ -81,7 +81,59 @@ def cmd_check(args: argparse.Namespace) -> int:
     return cli_host.cmd_check(args)
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``runbook plan``: ``run --dry-run`` under its own name."""
+    args.dry_run, args.plan, args.approved_by = True, None, None
+    args.from_step = args.resume = args.journal = None
+    args.force = args.break_lock = args.yes = False
+    args.serial, args.max_fail = 1, 1
+    return cmd_run(args)
+
+
+def _from_plan(args: argparse.Namespace) -> None:
+    """``run --plan FILE`` names the runbook and the host the plan was made for unless the
+    command line does (a different one is refused once the plan is read in full)."""
+    import json
+
+    try:
+        with open(args.plan, encoding="utf-8") as handle:
+            asked = json.load(handle).get("asked", {})
+    except (OSError, ValueError, AttributeError):
+        return  # reported when the plan is read in full
+    if not isinstance(asked, dict):
+        return
+    if not args.runbook and isinstance(asked.get("runbook"), str):
+        args.runbook = asked["runbook"]
+    named = args.host or getattr(args, "hosts", None) or getattr(args, "local", False)
+    if not named and isinstance(asked.get("host"), str):
+        args.host = asked["host"]
+        if args.port is None and isinstance(asked.get("port"), int):
+            args.port = asked["port"]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "out", None) and not args.dry_run:
+        raise UsageError(
+            "--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run"
+        )
+    if args.plan and (args.dry_run or args.from_step or args.resume):
+        raise UsageError(
+            "--plan applies a saved plan as it is: not with --dry-run, --from or --resume",
+            "runbook run",
+        )
+    if args.plan:
+        if _is_fleet(args):
+            raise UsageError(
+                "a saved plan is for the one host it was made on: not with --hosts or --inventory",
+                "runbook run",
+            )
+        _from_plan(args)
+    if not args.runbook:
+        raise UsageError("name a runbook (or give --plan FILE)", "runbook run")
+    if args.approved_by and not args.plan:
+        raise UsageError(
+            "--approved-by names who approved a saved plan: use it with --plan", "runbook run"
+        )
     if args.resume and (args.from_step or args.dry_run):
         # A resume continues exactly where the journal says; a dry run's "planned" steps
         # in that journal would read as decided ones.

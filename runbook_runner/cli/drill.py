@@ -174,6 +174,9 @@ def _run_simulated(
     """The run on the simulated host, as ``runbook run`` runs one host (cli/host.py, through
     the run session): no lock and a journal in the usual folder; its simulated time."""
     settings = RunSettings(
+        dry_run=getattr(args, "dry_run", False),
+        out=getattr(args, "out", None),
+        simulated=True,
         yes=yes,
         allow_reboot=args.allow_reboot,
         allow_node_wide=getattr(args, "allow_node_wide", False),

@@ -11,18 +11,19 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import journal as journal_module
-from runbook_runner import session
+from runbook_runner import localfile, session
 from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import UsageError
 from runbook_runner.format.catalog import Catalog, search_path
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
 from runbook_runner.journal import resume as resume_module
+from runbook_runner.plan import saved as saved_plan
 from runbook_runner.runbook import Runbook, load
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
@@ -137,10 +138,24 @@ class RunSettings:
     lock: bool = True
     break_lock: bool = False
     as_json: bool = False
+    out: str | None = None  # with dry_run: save the plan here
+    asked: tuple[tuple[str, Any], ...] = ()  # the runbook and host as the command line named them
+    simulated: bool = False  # a drill's host: a saved plan is for reading only
+    approved: saved_plan.SavedPlan | None = None  # run --plan: only what it holds
+    plan_file: str | None = None
+    approved_by: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
         return cls(
+            out=getattr(args, "out", None),
+            asked=(
+                ("runbook", str(args.runbook)),
+                ("host", getattr(args, "host", None)),
+                ("port", getattr(args, "port", None)),
+            ),
+            plan_file=getattr(args, "plan", None),
+            approved_by=getattr(args, "approved_by", None),
             dry_run=args.dry_run,
             from_step=args.from_step,
             yes=args.yes,
@@ -157,8 +172,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``runbook run`` on one host: check the command line while connecting, then run."""
     out = console.Output(args.json)
     connecting = started(args)
+    approved = None
     try:
         runbook, params = _load_with_params(args)
+        if getattr(args, "plan", None):
+            approved, params = _approved_plan(args, runbook, params)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
         if (
             getattr(args, "local", False)
@@ -180,10 +198,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
-    code, _ = run_on_host(
-        RunSettings.from_args(args), runbook, params, connecting, out, resume=resume
-    )
+    settings = replace(RunSettings.from_args(args), approved=approved)
+    code, _ = run_on_host(settings, runbook, params, connecting, out, resume=resume)
     return code
+
+
+def _approved_plan(
+    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any]
+) -> tuple[saved_plan.SavedPlan, dict[str, Any]]:
+    """The saved plan --plan names, checked against this runbook, with the parameters it
+    was made with (a --set may give only a secret, which the plan does not hold), and its
+    gates (a gate the plan was not made with is refused)."""
+    text = localfile.read_text(Path(args.plan), localfile.CONFIG_LIMIT)
+    approved = saved_plan.load(text, args.plan)
+    saved_plan.check_runbook(approved, runbook)
+    given = {item.split("=", 1)[0] for item in args.set or []}
+    merged = dict(params)
+    for name, value in approved.parameters.items():
+        parameter = runbook.parameters.get(name)
+        if parameter is None or parameter.secret:
+            continue
+        if name in given and params.get(name) != value:
+            raise saved_plan.PlanInvalid(
+                f"the plan was made with {name}={value!r}, and --set gives "
+                f"{params.get(name)!r}: a saved plan runs with its own parameters (make a "
+                "new plan to change them)"
+            )
+        merged[name] = value
+    gates = approved.document.get("gates", {})
+    for gate, flag in (
+        ("allow_reboot", "--allow-reboot"),
+        ("allow_node_wide", "--allow-node-wide"),
+    ):
+        if getattr(args, gate, False) and not gates.get(gate):
+            raise saved_plan.PlanInvalid(
+                f"the plan was made without {flag}: make it again with {flag} to have that "
+                "approved too"
+            )
+        setattr(args, gate, bool(gates.get(gate)))
+    return approved, merged
 
 
 def run_on_host(
@@ -204,6 +257,39 @@ def run_on_host(
         host = _host_label(transport)
         mode = " (dry run: observations only, nothing changes)" if settings.dry_run else ""
         out.line(f"{runbook.name} on {host}{mode}")
+        if settings.dry_run:  # the plan: one look, nothing sent that changes anything
+            from runbook_runner.cli import planview
+            from runbook_runner.runner import Runner
+
+            looking = Runner(
+                runbook,
+                params,
+                transport,
+                clock=clock,
+                sleep=sleep,
+                allow_node_wide=settings.allow_node_wide,
+            )
+            secret_free = session.secret_free(runbook, params)
+            label = transport.target.label
+            return planview.print_plan(
+                out, runbook, params, looking, label, secret_free, settings
+            ), None
+        marks: dict[str, Any] = {}
+        if drill is not None:  # a drill: its scenario, on simulated time
+            marks = {"drill": drill.scenario, "simulated_time": True}
+        if settings.approved is not None:
+            saved_plan.check_host(settings.approved, transport.target.label)
+            out.line(
+                f"applying the approved plan {settings.plan_file} (sha256 "
+                f"{settings.approved.sha256[:16]}"
+                + (f", approved by {settings.approved_by}" if settings.approved_by else "")
+                + "): only its steps, on only its targets"
+            )
+            marks["plan"] = {  # what was reviewed, and by whom
+                "file": settings.plan_file,
+                "sha256": settings.approved.sha256,
+                "approved_by": settings.approved_by,
+            }
         confirmer = console.Confirmer(
             out, host, yes=settings.yes, allow_reboot=settings.allow_reboot
         )
@@ -226,14 +312,14 @@ def run_on_host(
                     path=settings.journal,
                     resume=resume,
                     clock=drill.journal_clock if drill is not None else None,
-                    # a drill: its scenario, on simulated time
-                    marks={"drill": drill.scenario, "simulated_time": True} if drill else {},
+                    marks=marks,
                 ),
                 getpass.getuser(),
                 lock=session.LockPolicy(settings.lock, settings.break_lock),
                 dry_run=settings.dry_run,
                 from_step=settings.from_step,
                 allow_node_wide=settings.allow_node_wide,
+                approved=settings.approved,
                 on_event=on_event,
                 clock=clock,
                 sleep=sleep,

@@ -41,6 +41,9 @@ def run_code(report: RunReport, *, dry_run: bool, reboot_blocked: bool) -> ExitC
     stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
     if stopped and stopped[-1].status == "timed_out":
         return ExitCode.TIMED_OUT
+    if report.after is not None and not stopped:
+        # As `check` says it: the goal cannot be told (6) unless a check of it fails (1).
+        return check_code(report.after.results)
     return ExitCode.GOAL_NOT_MET
 
 
@@ -63,6 +66,7 @@ def failure(error: BaseException) -> Failure | None:
     from runbook_runner.format.catalog import UnknownRunbook
     from runbook_runner.format.expr import EvalError
     from runbook_runner.format.parameters import ParameterError
+    from runbook_runner.plan.saved import PlanInvalid
     from runbook_runner.runbook import RunbookInvalid
     from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
@@ -90,6 +94,8 @@ def failure(error: BaseException) -> Failure | None:
         return one(ExitCode.JOURNAL, str(error))
     if isinstance(error, NeedsConfirmation):
         return one(ExitCode.DECLINED, f"stopped: {error}")
+    if isinstance(error, PlanInvalid):
+        return one(ExitCode.BAD_INPUT, str(error))
     if isinstance(error, UnknownRunbook | ParameterError | StateFileInvalid):
         return one(ExitCode.BAD_INPUT, str(error))
     if isinstance(error, SshSetupError):

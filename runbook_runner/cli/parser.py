@@ -18,9 +18,8 @@ from runbook_runner.errors import UsageError
 EPILOG = f"""\
 examples:
   runbook check gpu-node-health --host 10.1.230.174
-  runbook run gpu-oom-recovery --host root@10.1.230.174 --dry-run
-  runbook test gpu-oom-recovery --scenario stuck-d-state
-
+  runbook plan gpu-oom-recovery --host root@10.1.230.174 --out plan.json
+  runbook drill gpu-oom-recovery --scenario stuck-d-state
 exit codes:
 {exitcodes.describe()}
 
@@ -35,8 +34,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.prog)
 
 
-def _add_host_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+def _add_host_options(sub: argparse.ArgumentParser, *, runbook_optional: bool = False) -> None:
+    sub.add_argument(
+        "runbook",
+        metavar="NAME",
+        nargs="?" if runbook_optional else None,
+        help="runbook name, or a path to its YAML file"
+        + (" (with --plan: the plan's)" if runbook_optional else ""),
+    )
     sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
     sub.add_argument(
         "--local",
@@ -159,6 +164,25 @@ def _add_value_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_plan_options(run: argparse.ArgumentParser) -> None:
+    """A plan saved for review (--out), and a run that applies only it (--plan)."""
+    run.add_argument(
+        "--out", metavar="FILE", help="with --dry-run: save the plan for 'runbook run --plan'"
+    )
+    run.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="apply a saved plan: only its actions, on only its targets, after observing "
+        "again (stops, exit 6, when a target moved since the plan was made); the plan names "
+        "the runbook and the host",
+    )
+    run.add_argument(
+        "--approved-by",
+        metavar="NAME",
+        help="with --plan: who approved it (recorded in the journal)",
+    )
+
+
 def _add_consent_options(sub: argparse.ArgumentParser) -> None:
     """--yes and --allow-reboot: the same on run and drill."""
     sub.add_argument("--yes", action="store_true", help="do not ask before destructive steps")
@@ -270,13 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
         "run a runbook's steps on a host, then check its goal",
         "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
     )
-    _add_host_options(run)
+    _add_host_options(run, runbook_optional=True)
     run.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the plan and every command; run only observations (exit 6 when a "
-        "destructive step is blocked because what it acts on cannot be observed)",
+        help="observe once and print the plan (as 'runbook plan'): what runs first with its "
+        "exact commands and targets, what runs later only if still needed, gates; the exit "
+        "code is the one the run would end with",
     )
+    _add_plan_options(run)
     _add_consent_options(run)
     run.add_argument(
         "--allow-local-changes",
@@ -311,6 +337,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="K",
         help="many hosts: start no more after K failed (default 1)",
+    )
+    plan = add(
+        "plan",
+        _later("cli", "cmd_plan"),
+        "what a run would do, for review; --out saves it",
+        "runbook plan gpu-oom-recovery --host 10.1.230.174 --out plan.json",
+    )
+    _add_host_options(plan)
+    _add_consent_options(plan)
+    plan.add_argument(
+        "--out",
+        metavar="FILE",
+        help="save the plan (with the state it was made on and its SHA-256) for "
+        "'runbook run --plan FILE'",
     )
     runs = add(
         "runs",
@@ -363,6 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
         + "; or 'random' to be told which only in the debrief (default: oom-crash)",
     )
     _add_consent_options(drill)
+    drill.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan the run would follow on this scenario, and change nothing",
+    )
+    drill.add_argument("--out", metavar="FILE", help="with --dry-run: save the plan")
     _add_value_options(drill)
     new = add(
         "new",

@@ -1,0 +1,207 @@
+"""``runbook plan`` and ``runbook run --dry-run``: observe once, print the plan, save it.
+
+The plan itself is pure (plan/planner.py); here it is made from one look at the host,
+printed for people (or as JSON, which validates against ``schema/plan.schema.json``),
+and written with ``--out`` for ``runbook run --plan FILE`` to apply.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from runbook_runner.cli import console, render
+from runbook_runner.plan import planner, saved
+from runbook_runner.plan.planner import Action, Plan, Timing
+from runbook_runner.runbook import Runbook
+
+ENDING_TEXT = {
+    planner.Ending.NOTHING_TO_DO: "nothing to do: the goal holds",
+    planner.Ending.WOULD_ACT: "the run would act as above (exit 0 once the goal holds)",
+    planner.Ending.CANNOT_TELL: "the run would stop before acting: something it needs cannot "
+    "be told (exit 6)",
+    planner.Ending.NEEDS_GATE: "the run would stop at a gate the command line does not give",
+    planner.Ending.GOAL_OUT_OF_REACH: "the run cannot reach the goal: a failing check no step "
+    "fixes needs a human (exit 1)",
+}
+
+
+def make(
+    runbook: Runbook,
+    params: dict[str, Any],
+    runner: Any,
+    *,
+    allow_reboot: bool,
+    allow_node_wide: bool,
+) -> tuple[Plan, dict[str, Any]]:
+    """One look at the host, and the plan made on it."""
+    state = runner.observe()
+    plan = planner.make_plan(
+        runbook,
+        params,
+        state,
+        lambda template, item: runner.render(template, item, masked=True),
+        subject=runner.subject,
+        allow_reboot=allow_reboot,
+        allow_node_wide=allow_node_wide,
+    )
+    return plan, state
+
+
+def document(
+    plan: Plan,
+    runbook: Runbook,
+    state: dict[str, Any],
+    *,
+    host: str,
+    parameters: dict[str, Any],
+    allow_reboot: bool,
+    allow_node_wide: bool,
+    asked: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    from runbook_runner.cli.host import check_json
+
+    made_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return saved.document(
+        plan,
+        runbook,
+        state,
+        host=host,
+        parameters=parameters,
+        made_at=made_at,
+        gates={"allow_reboot": allow_reboot, "allow_node_wide": allow_node_wide},
+        state_json=render.state_json(runbook, state),
+        goal_json=[check_json(r, runbook) for r in plan.goal],
+        asked=asked,
+    )
+
+
+def write(path: str, document: dict[str, Any]) -> None:
+    """The plan file, whole or not at all (a temporary file renamed over it)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(prefix=".plan-", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(document, out, indent=2)
+            out.write("\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def lines(plan: Plan, runbook: Runbook, state: dict[str, Any], style: render.Style) -> list[str]:
+    """The plan for people: what runs first, what runs only if still needed, the gates,
+    the restoring steps with what they restore, and one line for what cannot run."""
+    shown: list[str] = []
+    shown.append(render.check_lines(list(plan.goal), runbook, style))
+    shown += render.owner_lines(runbook, state)
+    first = plan.first
+    numbered = 0
+    if first:
+        shown.append(style("first, on this state (exactly these commands):", "bold"))
+        for action in first:
+            numbered += 1
+            shown += _action_lines(numbered, action)
+    later = [a for a in plan.actions if a.timing is not Timing.FIRST]
+    if later:
+        shown.append(
+            style("then, only while still needed (what they act on is read then):", "bold")
+        )
+        for action in later:
+            numbered += 1
+            shown += _action_lines(numbered, action)
+    if plan.left_alone:
+        shown.append("left alone (not the subject's, or not broken):")
+        shown += [f"  {said}" for said in plan.left_alone]
+    if plan.not_applicable:
+        folded = ", ".join(f"{step} ({why})" for step, why in plan.not_applicable)
+        shown.append(f"will not run on this state: {folded}")
+    if plan.not_reached:
+        shown.append("not reached (the run stops before them): " + ", ".join(plan.not_reached))
+    if plan.unfixable:
+        shown.append("no step fixes: " + ", ".join(plan.unfixable) + " (see the checks' hints)")
+    ending = ENDING_TEXT[plan.ending]
+    if plan.ending is planner.Ending.NEEDS_GATE:
+        ending += f" ({plan.gate}; exit {int(plan.exit_code)})"
+    shown.append(style(f"the plan: {ending}", "bold"))
+    return shown
+
+
+def _action_lines(number: int, action: Action) -> list[str]:
+    flags = f"destructive, affects {action.affects}" if action.destructive else "read-only"
+    head = f"  {number}. {action.step}: {action.title} [{flags}]"
+    if action.timing is Timing.STOPS:
+        return [head, f"     STOPS here: {action.reason}"]
+    out = [head]
+    if action.condition:
+        out.append(f"     {action.timing}: {action.condition}")
+    if action.timing is Timing.STOPS_IF_REACHED:
+        out.append(f"     {action.reason}")
+    if action.waits:
+        out.append(f"     then waits {action.waits}")
+    if action.restored_by:
+        out.append(f"     put back by: {', '.join(action.restored_by)}")
+    if action.targets:
+        now = "" if action.timing is Timing.FIRST else " (as of now)"
+        out.append(f"     targets{now}:")
+        out += [f"       {t.text}" for t in action.targets]
+    verb = "would run" if action.timing is Timing.FIRST else "would run then"
+    for command in action.commands:
+        first, *rest = command.rstrip("\n").split("\n")
+        out.append(f"     {verb}: $ {first}")
+        out += [f"       {line}" for line in rest]
+    out += [f"     left alone: {said}" for said in action.left_alone]
+    return out
+
+
+def print_plan(
+    out: console.Output,
+    runbook: Runbook,
+    params: dict[str, Any],
+    runner: Any,
+    host: str,
+    secret_free: dict[str, Any],
+    settings: Any,
+) -> int:
+    """Observe, make the plan, print it (or its JSON), save it with ``settings.out``; the
+    exit code says how the run would end on this state."""
+    plan, state = make(
+        runbook,
+        params,
+        runner,
+        allow_reboot=settings.allow_reboot,
+        allow_node_wide=settings.allow_node_wide,
+    )
+    doc = document(
+        plan,
+        runbook,
+        state,
+        host=host,
+        parameters=secret_free,
+        allow_reboot=settings.allow_reboot,
+        allow_node_wide=settings.allow_node_wide,
+        asked=dict(settings.asked),
+    )
+    for line in lines(plan, runbook, state, out.style):
+        out.line(line)
+    if settings.out:
+        write(settings.out, doc)
+        out.line(f"plan saved: {settings.out} (sha256 {doc['sha256'][:16]})")
+        if settings.simulated:
+            out.line("(a drill's simulated host ends with the drill: this plan is for reading)")
+        else:
+            out.line(f"apply exactly this: runbook run --plan {settings.out} --approved-by NAME")
+    if settings.as_json:
+        return _print_json(doc, plan)
+    return int(plan.exit_code)
+
+
+def _print_json(doc: dict[str, Any], plan: Plan) -> int:
+    print(json.dumps(doc, indent=2))
+    return int(plan.exit_code)
