@@ -491,3 +491,13 @@ def test_validate_names_the_command_and_the_fix(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "wrapped.yaml:14:20: steps[0].run: placeholder in an operand of 'timeout'" in out
     assert "kill -TERM {{ item.pid }}" in out
+
+
+def test_a_number_glued_to_a_redirection_stays_a_word():
+    """``{{ v }}>&1`` with v=0 would be ``0>&1``, a redirection of fd 0, not the word 0."""
+    with tempfile.TemporaryDirectory() as folder:
+        for value in ("0", "2", "10"):
+            command = _render("printf '%s' {{ v }}>&1", value)
+            for shell in SHELLS:
+                assert _sh(command, folder, shell) == value.encode()
+    assert _render("kill -TERM {{ v }}", "4120") == "kill -TERM 4120"  # unchanged elsewhere

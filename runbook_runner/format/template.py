@@ -85,7 +85,12 @@ class Template:
         def substitute(match: re.Match[str]) -> str:
             if mask is not None and mask(match["name"]):
                 return "'***'"
-            return quote(lookup(match["name"]))
+            word = quote(lookup(match["name"]))
+            if word.isdigit() and self.source[match.end() : match.end() + 1] in ("<", ">"):
+                # Unquoted digits glued to a redirection are a file descriptor (0>&1):
+                # quoted, they stay the word they are.
+                word = f"'{word}'"
+            return word
 
         return PLACEHOLDER.sub(substitute, self.source)
 
