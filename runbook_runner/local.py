@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from runbook_runner.commandresult import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
 from runbook_runner.errors import Interrupted
 from runbook_runner.format.template import quote
-from runbook_runner.transport import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
 
 SHELL = "/bin/sh"
 KILL_GRACE_S = 0.5  # after TERM to the command's group, then KILL
