@@ -231,6 +231,8 @@ def _run_one(
         with fleet.connect(args, host, messages, stop) as transport:
             if stop.stop.stopped:  # connected after the stop: nothing runs here
                 return fleet.not_started_outcome(host, stop.stop, (args, runbook, params))
+            if args.dry_run:  # the plan, as on one host: one look, no lock, no journal
+                return _planned(args, runbook, params, host.name, transport, started)
             # Named as the inventory or node set names the host (gpu07), not by its address.
             named = dataclasses.replace(transport.target, host=host.name)
             outcome = session.run(
@@ -301,8 +303,6 @@ def _run_one(
         return HostOutcome(
             host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
         )
-    if args.dry_run:
-        return HostOutcome(host.name, kind, code, "planned (dry run)", elapsed, record)
     if report.ok:
         how = f"reached by {report.reached_by}" if report.reached_by else "held already"
         return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
@@ -313,3 +313,39 @@ def _run_one(
     if report.failing:
         line += "; " + fleet.checks_line(report.failing)
     return HostOutcome(host.name, kind, code, line, elapsed, record)
+
+
+def _planned(
+    args: argparse.Namespace,
+    runbook: Runbook,
+    params: dict[str, Any],
+    name: str,
+    transport: Any,
+    started: float,
+) -> HostOutcome:
+    """One host's plan (cli/planview.py): its line says what runs first and how the run
+    would end; its record is the plan's JSON document."""
+    from runbook_runner.cli import planview
+    from runbook_runner.runner import Runner
+
+    allow_node_wide = getattr(args, "allow_node_wide", False)
+    looking = Runner(runbook, params, transport, allow_node_wide=allow_node_wide)
+    plan, state = planview.make(
+        runbook, params, looking, allow_reboot=args.allow_reboot, allow_node_wide=allow_node_wide
+    )
+    document = planview.document(
+        plan,
+        runbook,
+        state,
+        host=transport.target.label,
+        parameters=session.secret_free(runbook, params),
+        allow_reboot=args.allow_reboot,
+        allow_node_wide=allow_node_wide,
+        asked={"runbook": str(args.runbook), "host": name, "port": None},
+    )
+    code = plan.exit_code
+    record = {"ok": code == ExitCode.OK, "plan": document}
+    line = "plan: " + planview.summary(plan)
+    return HostOutcome(
+        name, summary.KIND_OF_CODE[code], code, line, time.monotonic() - started, record
+    )

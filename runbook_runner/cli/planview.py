@@ -133,6 +133,20 @@ def lines(plan: Plan, runbook: Runbook, state: dict[str, Any], style: render.Sty
     return shown
 
 
+def summary(plan: Plan) -> str:
+    """The plan in one line, for a fleet's folded output."""
+    acting = [a for a in plan.first if a.destructive or a.waits]
+    first = ", ".join(
+        a.step + (f" ({', '.join(t.key for t in a.targets)})" if a.targets else "") for a in acting
+    )
+    later = [a.step for a in plan.actions if a.timing is not Timing.FIRST]
+    said = f"first {first}" if first else "nothing to act on first"
+    if later:
+        said += f"; then, if still needed, up to {len(later)} more ({later[0]}, ...)"
+    ending = str(plan.ending) + (f" {plan.gate}" if plan.gate else "")
+    return f"{said}; {ending} (exit {int(plan.exit_code)})"
+
+
 def _action_lines(number: int, action: Action) -> list[str]:
     flags = f"destructive, affects {action.affects}" if action.destructive else "read-only"
     head = f"  {number}. {action.step}: {action.title} [{flags}]"
