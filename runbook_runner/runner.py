@@ -527,12 +527,15 @@ class Runner:
         allowed = self.approved.targets_of(step.id)
         if not decision.items:
             return decision
+        named_by = identity.named_by(step)
         kept: list[Any] = []
         beyond: list[Any] = []
         for item in decision.items:
-            named = identity.target(item)
+            named = identity.target(item, named_by)
             (kept if (named.kind, named.key) in allowed else beyond).append(item)
-        left = tuple(f"{identity.target(i).text}: not in the approved plan" for i in beyond)
+        left = tuple(
+            f"{identity.target(i, named_by).text}: not in the approved plan" for i in beyond
+        )
         if not kept:
             return decide.Decision(
                 decide.Verdict.SKIP,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.observe.state import Gpu, ProcessOwner, ShmSegment
+from runbook_runner.runbook import Step
 from runbook_runner.safetext import visible
 
 AGE_SLACK_S = 5  # ages are whole seconds read at different moments
@@ -48,9 +49,26 @@ def _text(item: Any) -> str:
     return visible(text, lines=False, tabs=False)
 
 
-def target(item: Any) -> Target:
-    """The plan's name for ``item`` and the fields that identify it."""
+UNIT_FIELDS = ("unit", "id")
+
+
+def named_by(step: Step) -> str | None:
+    """The item field a step's command names (``{{ item.unit }}`` -> 'unit'): what the
+    step acts on is that, whatever record the item is."""
+    if step.run is None:
+        return None
+    fields = [p.name[5:] for p in step.run.placeholders if p.name.startswith("item.")]
+    return fields[0] if fields else None
+
+
+def target(item: Any, named: str | None = None) -> Target:
+    """The plan's name for ``item`` and the fields that identify it; ``named``: the field
+    the step's command names, when it is a unit (a process's unit is stopped, not it)."""
     fields = _plain(item)
+    if named in UNIT_FIELDS and fields.get(named):
+        unit = str(fields[named])
+        text = visible(f"unit {unit} (for {_text(item)})", lines=False, tabs=False)
+        return Target("unit", unit, text, type(item).__name__, fields)
     if isinstance(item, Gpu):
         key, kind = str(item.index), "gpu"
     elif isinstance(item, ShmSegment):

@@ -28,7 +28,7 @@ from runbook_runner.expect import CheckResult, evaluate_checks
 from runbook_runner.format import expr
 from runbook_runner.format.template import Template
 from runbook_runner.plan import decide
-from runbook_runner.plan.identity import Target, target
+from runbook_runner.plan.identity import Target, named_by, target
 from runbook_runner.plan.ownership import Word
 from runbook_runner.runbook import Runbook, Step, Subject
 
@@ -450,8 +450,9 @@ def _commands(
     """The step's commands and targets, as the engine would send them (one command per
     distinct text: one PID on two GPUs is one target). ``fallback``: items of another
     step (a restoring step's), shown as the template where a field is not theirs."""
+    named = named_by(step)
     if step.run is None:
-        return (), tuple(target(item) for item in items)
+        return (), tuple(target(item, named) for item in items)
     commands: dict[str, Any] = {}
     for item in items or (None,):
         try:
@@ -459,5 +460,5 @@ def _commands(
         except (AttributeError, KeyError, TypeError):
             if not fallback:
                 raise
-            return (step.run.source,), tuple(target(i) for i in items)
-    return tuple(commands), tuple(target(i) for i in commands.values() if i is not None)
+            return (step.run.source,), tuple(target(i, named) for i in items)
+    return tuple(commands), tuple(target(i, named) for i in commands.values() if i is not None)
