@@ -417,7 +417,9 @@ class Runner:
             for item in items:
                 first.setdefault(self.render(step.run, item), item)
             items = list(first.values())
-        targets = tuple(_target(item) for item in items if item is not None)
+        # As the plan names them: a unit the command stops is the target, not its process.
+        named_by = identity.named_by(step)
+        targets = tuple(identity.target(i, named_by).text for i in items if i is not None)
         # What is sent, and what is shown and recorded: secret parameters appear as '***'.
         # Items that give the same command (one PID holding two GPUs) send it once.
         pairs = (
@@ -681,14 +683,6 @@ def _failure_message(result: CommandResult, step: Step) -> str:
     if tail:
         message += ": " + " | ".join(line.strip() for line in tail)
     return message
-
-
-def _target(item: Any) -> str:
-    """How a confirmation names an observed item: 'PID 4120 (...)', 'GPU 0 (00000000:18:00.0, /dev/nvidia0)'."""
-    target = getattr(item, "target", None)
-    text = str(target()) if callable(target) else str(item.describe())
-    # Host text is data: no control character of it reaches the operator's terminal.
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def _fields(item: Any) -> dict[str, Any]:
