@@ -30,17 +30,34 @@ import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.plan.health import (
+    Health,
+    Probe,
+    ProbeResult,
+    UnitProbe,
+    judge_probe,
+    judge_unit,
+    unit_probes,
+)
+from runbook_runner.plan.words import Word
 from runbook_runner.runbook import Subject
 
-
-class Word(str, Enum):
-    """An enum whose members are the words the journal and --json spell."""
-
-    def __str__(self) -> str:
-        return str(self.value)
+__all__ = [
+    "Disposition",
+    "Health",
+    "Owner",
+    "Probe",
+    "ProbeResult",
+    "UnitProbe",
+    "Word",
+    "classify",
+    "judge_probe",
+    "judge_unit",
+    "probes",
+    "unit_probes",
+]
 
 
 class Owner(Word):
@@ -55,13 +72,6 @@ class Disposition(Word):
     ACT = "act"  # ours and broken: the runbook may act on it
     LEAVE = "leave"  # not ours, infrastructure, or a healthy server: left alone, said so
     CANNOT_TELL = "cannot-tell"  # stops a step that would touch it
-
-
-class Health(Word):
-    HEALTHY = "healthy"
-    FAILING = "failing"
-    CANNOT_TELL = "cannot-tell"
-    NOT_CHECKED = "not-checked"  # no launcher alive: nothing to ask
 
 
 OURS = frozenset({Owner.OURS, Owner.ORPHANED_OURS})
@@ -96,24 +106,6 @@ INFRASTRUCTURE_EXECUTABLES = frozenset(
 RESTART_LOOP = 3  # automatic restarts (systemd's NRestarts) that make a crash loop
 STARTUP_GRACE_S = 900  # a launcher younger than this whose port is not open yet is starting
 _ANCESTRY_LIMIT = 64  # parent chains longer than this are cut (a loop in a hostile listing)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One health request to make on the host, for one live instance of the subject."""
-
-    instance: int
-    port: int
-    url: str
-    command: str
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    instance: int
-    health: Health
-    detail: str
-    refused: bool = False  # nothing listens on the port (a server may still be loading)
 
 
 def executable(command: str) -> str:
@@ -311,59 +303,6 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
         )
         wanted.append(Probe(pid, port, url, command))
     return wanted
-
-
-@dataclass(frozen=True)
-class UnitProbe:
-    """How often systemd restarted one of the subject's units by itself."""
-
-    unit: str
-    command: str
-
-
-def unit_probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[UnitProbe]:
-    """One ``systemctl show -p NRestarts`` per unit of the subject that has a process."""
-    units = sorted({r.unit for r in records if r.unit and subject.unit_matches(r.unit)})
-    return [UnitProbe(u, f"systemctl show -p NRestarts {shlex.quote(u)}") for u in units]
-
-
-def judge_unit(exit_status: int | None, stdout: str) -> int | None:
-    """NRestarts from ``systemctl show``'s answer, or None (cannot tell)."""
-    if exit_status != 0:
-        return None
-    for line in stdout.splitlines():
-        key, _, value = line.strip().partition("=")
-        if key == "NRestarts" and value.isdigit():
-            return int(value)
-    return None
-
-
-def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str) -> ProbeResult:
-    """curl's answer -> healthy, failing (with why), or cannot tell."""
-    code = stdout.strip()[-3:]
-    said = (stderr.strip().splitlines() or [""])[-1][:120]
-    if exit_status == 0 and code == "200":
-        return ProbeResult(probe.instance, Health.HEALTHY, f"{probe.url} answered 200")
-    if exit_status == 0 and code.isdigit():
-        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} answered {code}")
-    if exit_status == 7:
-        return ProbeResult(
-            probe.instance,
-            Health.FAILING,
-            f"nothing listens on port {probe.port} ({said})",
-            refused=True,
-        )
-    if exit_status == 28:
-        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} did not answer in time")
-    if exit_status in {52, 56}:
-        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} closed the connection")
-    if exit_status == 127:
-        return ProbeResult(probe.instance, Health.CANNOT_TELL, "curl is not installed on the host")
-    return ProbeResult(
-        probe.instance,
-        Health.CANNOT_TELL,
-        f"the health request exited {exit_status}" + (f": {said}" if said else ""),
-    )
 
 
 def classify(

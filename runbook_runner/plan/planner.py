@@ -18,96 +18,42 @@ The plan also says how the run would end if the host does not change in between 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from runbook_runner.exitcodes import ExitCode
-from runbook_runner.expect import CheckResult, evaluate_checks
+from runbook_runner.expect import evaluate_checks
 from runbook_runner.format import expr
 from runbook_runner.format.template import Template
 from runbook_runner.plan import decide
+from runbook_runner.plan.actions import (
+    ENDING_CODE,
+    NODE_GATE,
+    REBOOT_GATE,
+    Action,
+    Ending,
+    Plan,
+    Timing,
+    addressed,
+    changes_host,
+)
+from runbook_runner.plan.ending import ending
 from runbook_runner.plan.identity import Target, named_by, target
-from runbook_runner.plan.ownership import Word
 from runbook_runner.runbook import Runbook, Step, Subject
 
-
-class Timing(Word):
-    """When a planned action runs."""
-
-    FIRST = "first"  # on this state, before anything changes: exactly these commands
-    IF_STILL = "if-still"  # only if its checks still fail once the earlier actions ran
-    RESTORES = "restores"  # only if the step it pairs with acted: puts back what it changed
-    GATED = "gated"  # would run, but only with a gate the operator did not give
-    STOPS = "stops"  # cannot tell: the run stops here, before this step
-    STOPS_IF_REACHED = "stops-if-reached"  # cannot tell now: stops here if it is reached
-
-
-class Ending(Word):
-    """How the run would end if the host does not change before it starts."""
-
-    NOTHING_TO_DO = "nothing-to-do"  # the goal holds; nothing would run
-    WOULD_ACT = "would-act"  # the first actions run; the goal's failing checks are all addressed
-    CANNOT_TELL = "cannot-tell"  # the run would stop before acting: something cannot be told
-    NEEDS_GATE = "needs-gate"  # the first action needs a gate the operator did not give
-    GOAL_OUT_OF_REACH = "goal-out-of-reach"  # a failing goal check no step can fix: a human's
-
-
-ENDING_CODE = {
-    Ending.NOTHING_TO_DO: ExitCode.OK,
-    Ending.WOULD_ACT: ExitCode.OK,
-    Ending.CANNOT_TELL: ExitCode.CANNOT_TELL,
-    Ending.GOAL_OUT_OF_REACH: ExitCode.GOAL_NOT_MET,
-}
-
-REBOOT_GATE = "--allow-reboot"
-NODE_GATE = "--allow-node-wide"
-
-
-@dataclass(frozen=True)
-class Action:
-    step: str
-    title: str
-    timing: Timing
-    destructive: bool
-    affects: str  # blast radius: process, gpu, service, files, node, or 'host' (read-only)
-    commands: tuple[str, ...] = ()
-    targets: tuple[Target, ...] = ()
-    condition: str = ""  # when it runs (for every timing but FIRST)
-    gate: str | None = None
-    restores: str | None = None  # the step whose change it puts back
-    restored_by: tuple[str, ...] = ()
-    left_alone: tuple[str, ...] = ()
-    reason: str = ""  # why it is blocked (STOPS, STOPS_IF_REACHED)
-    waits: str = ""  # what it then waits for, and how long at most
-
-
-@dataclass(frozen=True)
-class Plan:
-    runbook: str
-    goal: tuple[CheckResult, ...]
-    actions: tuple[Action, ...]
-    not_applicable: tuple[tuple[str, str], ...]  # (step, why it cannot run on this state)
-    not_reached: tuple[str, ...]  # steps after the point where the run would stop
-    left_alone: tuple[str, ...]  # what ownership keeps every step from, with why
-    unfixable: tuple[str, ...]  # failing goal checks no step of the plan addresses
-    ending: Ending
-    gate: str | None = None  # the gate the first action needs, for NEEDS_GATE
-
-    @property
-    def first(self) -> tuple[Action, ...]:
-        return tuple(a for a in self.actions if a.timing is Timing.FIRST)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """What the run would end with on this state: the same table as ``run``'s."""
-        if self.ending is Ending.NEEDS_GATE:
-            # A reboot not allowed leaves the goal unmet (1); a node-wide rung beside
-            # another owner stops as "cannot tell" (6), as the run does.
-            return ExitCode.GOAL_NOT_MET if self.gate == REBOOT_GATE else ExitCode.CANNOT_TELL
-        return ENDING_CODE[self.ending]
-
+__all__ = [
+    "ENDING_CODE",
+    "NODE_GATE",
+    "REBOOT_GATE",
+    "Action",
+    "Ending",
+    "Plan",
+    "Target",
+    "Timing",
+    "addressed",
+    "make_plan",
+    "restored_steps",
+]
 
 Render = Callable[[Template, Any], str]  # a step's command for one item, secrets masked
 
@@ -126,16 +72,6 @@ def restored_steps(runbook: Runbook, step: Step) -> tuple[str, ...]:
         if within is not None and within.changed_by and within.changed_by not in found:
             found.append(within.changed_by)
     return tuple(found)
-
-
-def addressed(step: Step) -> set[str]:
-    """The checks a step is for: what it fixes, acts on, or waits for."""
-    names = {*step.fixes}
-    if step.for_each_failing:
-        names.add(step.for_each_failing)
-    if step.wait is not None:
-        names |= set(step.wait.until)
-    return names
 
 
 def make_plan(
@@ -215,8 +151,8 @@ def make_plan(
                 )
             )
             planned.add(step.id)
-            if (timing is Timing.FIRST and _changes_host(step)) or (
-                timing is Timing.IF_STILL and _changes_host(step)
+            if (timing is Timing.FIRST and changes_host(step)) or (
+                timing is Timing.IF_STILL and changes_host(step)
             ):
                 changed_by.append(step.id)
             continue
@@ -263,7 +199,7 @@ def make_plan(
         not_applicable.append((step.id, decision.message))
 
     actions = _pair_restores(actions)
-    ending, gate, unfixable = _ending(runbook, params, state, goal, actions, stopped, stop_gate)
+    finish, gate, unfixable = ending(runbook, params, state, goal, actions, stopped, stop_gate)
     return Plan(
         runbook.name,
         goal,
@@ -272,130 +208,9 @@ def make_plan(
         tuple(not_reached),
         tuple(left_alone),
         unfixable,
-        ending,
+        finish,
         gate,
     )
-
-
-def _ending(
-    runbook: Runbook,
-    params: Mapping[str, Any],
-    state: Mapping[str, Any],
-    goal: tuple[CheckResult, ...],
-    actions: Sequence[Action],
-    stopped: Ending | None,
-    stop_gate: str | None,
-) -> tuple[Ending, str | None, tuple[str, ...]]:
-    """How the run would end, walking the plan in order with what still fails.
-
-    Each action that runs is taken to fix what it is for, except where this state
-    already says it cannot: a wait with nothing being torn down (its ``nothing_left``
-    holds, no process is unpinning in D state, nothing before it changed the host); a
-    signal to processes the kernel reports hung (``task ...:PID blocked for more than``),
-    which ignore it; a restoring step whose own ``fixes`` hold (it will not run, and what it
-    would put back stays as the earlier step left it). A gated rung reached while what it
-    is for still fails is where the run stops."""
-    all_checks = evaluate_checks(list(runbook.checks), runbook, state, params, {})
-    still = {r.name for r in all_checks if r.is_failing}
-    goal_failing = {r.name for r in goal if r.is_failing}
-    if stopped is not None:
-        return stopped, stop_gate, ()
-    hung = _hung_tasks(state)
-    unpinning = any(pid not in hung for pid in _in_d_state(state))
-    ran: set[str] = set()
-    changed = False
-    for action in actions:
-        step = runbook_step(runbook, action.step)
-        if action.timing is Timing.RESTORES:
-            if action.restores not in ran:
-                continue
-            if _holds(runbook, params, state, _own_fixes(step)):
-                if step.for_each_failing:
-                    still.add(step.for_each_failing)  # left as the earlier step made it
-                continue
-            still -= addressed(step)
-            ran.add(step.id)
-            continue
-        if action.timing not in {Timing.FIRST, Timing.IF_STILL, Timing.GATED}:
-            continue
-        if action.timing is not Timing.FIRST and not _triggered(step, still, runbook.goal):
-            continue
-        if action.timing is Timing.GATED:
-            unmet = sorted(goal_failing & still) or [str(step.id)]
-            return Ending.NEEDS_GATE, action.gate, tuple(unmet)
-        ran.add(step.id)
-        if step.wait is not None and not step.destructive and not changed and not unpinning:
-            left = step.wait.nothing_left
-            if left and _holds(runbook, params, state, left):
-                continue  # nothing is being torn down: waiting cannot help
-        if (
-            step.affects == "process"
-            and action.targets
-            and all(t.fields.get("pid") in hung for t in action.targets)
-        ):
-            continue  # hung in the kernel: a signal waits until the kernel lets it go
-        still -= addressed(step)
-        changed = changed or _changes_host(step)
-    unfixable = tuple(name for name in runbook.goal if name in still)
-    if unfixable:
-        return Ending.GOAL_OUT_OF_REACH, None, unfixable
-    acting = [a for a in actions if a.destructive or runbook_step(runbook, a.step).wait]
-    unknown = [r for r in goal if r.cannot_tell]
-    if unknown and not acting:
-        return Ending.CANNOT_TELL, None, ()  # the goal cannot be told, and nothing would act
-    if all(r.ok for r in goal) and not any(a.timing is Timing.FIRST for a in acting):
-        return Ending.NOTHING_TO_DO, None, ()
-    return Ending.WOULD_ACT, None, ()
-
-
-def _triggered(step: Step, still: set[str], goal: Sequence[str]) -> bool:
-    """Whether ``step`` would still run once what is no longer in ``still`` was fixed."""
-    if step.skip_if and not set(step.skip_if) & still:
-        return False
-    if step.fixes and not set(step.fixes) & still:
-        return False
-    return not (step.for_each_failing and step.for_each_failing not in still)
-
-
-_HUNG = re.compile(r"task .{0,64}?:(\d+) blocked for more than \d+ seconds")
-
-
-def _hung_tasks(state: Mapping[str, Any]) -> set[int]:
-    """PIDs the kernel's hung-task detector reported (``INFO: task NAME:PID blocked for more
-    than N seconds``): stuck in the kernel, not merely busy unpinning."""
-    found: set[int] = set()
-    for records in state.values():
-        for record in records if isinstance(records, tuple) else ():
-            text = getattr(record, "text", None) or getattr(record, "message", None)
-            if isinstance(text, str):
-                found |= {int(m) for m in _HUNG.findall(text)}
-    return found
-
-
-def _in_d_state(state: Mapping[str, Any]) -> set[int]:
-    found: set[int] = set()
-    for records in state.values():
-        for record in records if isinstance(records, tuple) else ():
-            pid = getattr(record, "pid", None)
-            if isinstance(pid, int) and getattr(record, "state", None) == "D":
-                found.add(pid)
-    return found
-
-
-def _own_fixes(step: Step) -> tuple[str, ...]:
-    return tuple(f for f in step.fixes if f != step.for_each_failing)
-
-
-def _holds(
-    runbook: Runbook, params: Mapping[str, Any], state: Mapping[str, Any], checks: Sequence[str]
-) -> bool:
-    if not checks:
-        return False
-    return all(r.ok for r in evaluate_checks(checks, runbook, state, params, {}))
-
-
-def runbook_step(runbook: Runbook, step_id: str) -> Step:
-    return next(s for s in runbook.steps if s.id == step_id)
 
 
 def _pair_restores(actions: Sequence[Action]) -> list[Action]:
@@ -424,11 +239,6 @@ def _waits(step: Step, params: Mapping[str, Any]) -> str:
 
 def _gate(step: Step, allow_reboot: bool) -> str | None:
     return REBOOT_GATE if step.reboots and not allow_reboot else None
-
-
-def _changes_host(step: Step) -> bool:
-    """After this step the host may look different: later decisions depend on it."""
-    return step.destructive or step.wait is not None or step.reboots
 
 
 def _trigger(step: Step, goal: Sequence[str]) -> str:

@@ -1,0 +1,96 @@
+"""A live server's health, as the host answers for it: the requests to make and what
+their answers mean.
+
+Pure: the commands (``curl`` on the instance's port, ``systemctl show -p NRestarts`` for
+its unit) are made here and sent by the engine; their answers come back here to be judged.
+A server is healthy only on a 200; a refused port, a timeout or another status is failing;
+anything else (no curl, an odd exit) is "cannot tell", which never leads to an action.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.plan.words import Word
+from runbook_runner.runbook import Subject
+
+
+class Health(Word):
+    HEALTHY = "healthy"
+    FAILING = "failing"
+    CANNOT_TELL = "cannot-tell"
+    NOT_CHECKED = "not-checked"  # no launcher alive: nothing to ask
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One health request to make on the host, for one live instance of the subject."""
+
+    instance: int
+    port: int
+    url: str
+    command: str
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    instance: int
+    health: Health
+    detail: str
+    refused: bool = False  # nothing listens on the port (a server may still be loading)
+
+
+@dataclass(frozen=True)
+class UnitProbe:
+    """How often systemd restarted one of the subject's units by itself."""
+
+    unit: str
+    command: str
+
+
+def unit_probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[UnitProbe]:
+    """One ``systemctl show -p NRestarts`` per unit of the subject that has a process."""
+    units = sorted({r.unit for r in records if r.unit and subject.unit_matches(r.unit)})
+    return [UnitProbe(u, f"systemctl show -p NRestarts {shlex.quote(u)}") for u in units]
+
+
+def judge_unit(exit_status: int | None, stdout: str) -> int | None:
+    """NRestarts from ``systemctl show``'s answer, or None (cannot tell)."""
+    if exit_status != 0:
+        return None
+    for line in stdout.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "NRestarts" and value.isdigit():
+            return int(value)
+    return None
+
+
+def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str) -> ProbeResult:
+    """curl's answer -> healthy, failing (with why), or cannot tell."""
+    code = stdout.strip()[-3:]
+    said = (stderr.strip().splitlines() or [""])[-1][:120]
+    if exit_status == 0 and code == "200":
+        return ProbeResult(probe.instance, Health.HEALTHY, f"{probe.url} answered 200")
+    if exit_status == 0 and code.isdigit():
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} answered {code}")
+    if exit_status == 7:
+        return ProbeResult(
+            probe.instance,
+            Health.FAILING,
+            f"nothing listens on port {probe.port} ({said})",
+            refused=True,
+        )
+    if exit_status == 28:
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} did not answer in time")
+    if exit_status in {52, 56}:
+        return ProbeResult(probe.instance, Health.FAILING, f"{probe.url} closed the connection")
+    if exit_status == 127:
+        return ProbeResult(probe.instance, Health.CANNOT_TELL, "curl is not installed on the host")
+    return ProbeResult(
+        probe.instance,
+        Health.CANNOT_TELL,
+        f"the health request exited {exit_status}" + (f": {said}" if said else ""),
+    )
