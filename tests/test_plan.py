@@ -252,3 +252,27 @@ def test_the_sites_plan_is_the_plan_the_drill_prints_today(capsys, monkeypatch):
             assert any(p.startswith(line[:-3]) for p in printed), line
         else:
             assert line in printed, line
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (None, "No such file"),
+        ("x", "not a plan (not JSON)"),
+        ("{}", "not a plan (it names no runbook)"),
+        (
+            '{"format": "runbook-runner/plan", "asked": {"runbook": "gpu-oom-recovery"}}',
+            "name a host",
+        ),
+    ],
+)
+def test_a_plan_file_that_is_not_one_is_one_line_and_exit_2(capsys, tmp_path, text, said):
+    plan = tmp_path / "plan.json"
+    if text is not None:
+        plan.write_text(text)
+    code = main(["run", "--plan", str(plan)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.BAD_INPUT
+    assert said in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err

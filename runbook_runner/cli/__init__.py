@@ -97,11 +97,17 @@ def _from_plan(args: argparse.Namespace) -> None:
 
     try:
         with open(args.plan, encoding="utf-8") as handle:
-            asked = json.load(handle).get("asked", {})
-    except (OSError, ValueError, AttributeError):
-        return  # reported when the plan is read in full
+            found = json.load(handle)
+    except OSError as error:
+        raise UsageError(f"--plan {args.plan}: {error.strerror or error}", "runbook run") from None
+    except ValueError:
+        raise UsageError(
+            f"--plan {args.plan}: not a plan (not JSON); make one with 'runbook plan ... --out FILE'",
+            "runbook run",
+        ) from None
+    asked = found.get("asked", {}) if isinstance(found, dict) else None
     if not isinstance(asked, dict):
-        return
+        return  # the plan, read in full, says what is wrong with it
     if not args.runbook and isinstance(asked.get("runbook"), str):
         args.runbook = asked["runbook"]
     named = args.host or getattr(args, "hosts", None) or getattr(args, "local", False)
@@ -112,6 +118,11 @@ def _from_plan(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "out", None) and _is_fleet(args):
+        raise UsageError(
+            "--out saves one host's plan: name one --host (a fleet's plans are in --json)",
+            "runbook run",
+        )
     if getattr(args, "out", None) and not args.dry_run:
         raise UsageError(
             "--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run"
@@ -129,7 +140,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         _from_plan(args)
     if not args.runbook:
-        raise UsageError("name a runbook (or give --plan FILE)", "runbook run")
+        raise UsageError(
+            f"--plan {args.plan}: not a plan (it names no runbook); make one with "
+            "'runbook plan ... --out FILE'"
+            if args.plan
+            else "name a runbook (or give --plan FILE)",
+            "runbook run",
+        )
     if args.approved_by and not args.plan:
         raise UsageError(
             "--approved-by names who approved a saved plan: use it with --plan", "runbook run"
