@@ -272,7 +272,9 @@ class Runner:
         is journalled and re-observes an in-flight step before sending anything again."""
         report = RunReport(self.runbook)
         report.before = self.check_goal("before")
-        if self.approved is not None and not dry_run:
+        if self.approved is not None and not dry_run and resume is None:
+            # (a resumed run's own earlier steps changed the host: its targets stay bound
+            # to the plan below, but what moved was judged when the run began)
             moved = saved.what_moved(self.approved, report.before.state)
             if moved:
                 # The plan was approved on another picture of the host: act on none of it.

@@ -284,3 +284,34 @@ def test_the_plan_remembers_what_the_first_part_of_the_run_acted_on(tmp_path):
     assert declined.changed == {}
     unconfirmed = plan_of(tmp_path, {"event": "step-start", "id": "mark", "items": [gpu2]})
     assert unconfirmed.changed == {}  # destructive, never confirmed: never sent
+
+
+@pytest.mark.ssh
+def test_a_run_under_a_saved_plan_resumes_only_under_that_plan(
+    gpu_host, tmp_path, run_journals_in_tmp
+):
+    sim = gpu_host.root / "sim"
+    runbook = write_runbook(tmp_path, sim)
+    plan = tmp_path / "plan.json"
+    made = subprocess.run(
+        cli("plan", str(runbook), *gpu_host.cli_args(), "--out", str(plan)),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == ExitCode.OK, made.stdout + made.stderr
+    journal = tmp_path / "run.jsonl"
+    killed = subprocess.run(
+        cli("run", "--plan", str(plan), *gpu_host.cli_args(), "--yes", "--journal", str(journal)),
+        capture_output=True, env={**os.environ, KILL_AFTER_ENV: "8"}, timeout=60, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    start = read(journal).first("run-start")
+    assert start["plan"]["sha256"] == json.loads(plan.read_text())["sha256"]
+    moved = plan.rename(tmp_path / "elsewhere.json")
+    gone = _resume(runbook, gpu_host, str(journal))
+    assert gone.returncode == ExitCode.JOURNAL, gone.stdout + gone.stderr
+    assert "a resume goes on only under the same plan" in gone.stderr
+    moved.rename(plan)
+    resumed = _resume(runbook, gpu_host, str(journal))
+    assert resumed.returncode == ExitCode.OK, resumed.stdout + resumed.stderr
+    assert "applying the approved plan" in resumed.stdout
+    assert (sim / "marker").read_text() == "ran\n"

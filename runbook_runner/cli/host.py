@@ -178,6 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, "plan", None):
             approved, params = _approved_plan(args, runbook, params)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if resume is not None:
+            approved = _plan_of_resumed(args, runbook, resume.path) or approved
         if (
             getattr(args, "local", False)
             and runbook.destructive
@@ -201,6 +203,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = replace(RunSettings.from_args(args), approved=approved)
     code, _ = run_on_host(settings, runbook, params, connecting, out, resume=resume)
     return code
+
+
+def _plan_of_resumed(
+    args: argparse.Namespace, runbook: Runbook, path: Path
+) -> saved_plan.SavedPlan | None:
+    """A resumed run that applied a saved plan goes on under the same plan: its file must
+    still be there, unchanged (its SHA-256 as the journal recorded it)."""
+    start = journal_module.read(path).first("run-start") or {}
+    mark = start.get("plan")
+    if not isinstance(mark, dict):
+        return None
+    file = str(mark.get("file"))
+    try:
+        text = localfile.read_text(Path(file), localfile.CONFIG_LIMIT)
+    except OSError as error:
+        raise journal_module.JournalError(
+            f"run {path.stem} applied the plan {file}, which cannot be read now "
+            f"({error.strerror or error}): a resume goes on only under the same plan"
+        ) from None
+    approved = saved_plan.load(text, file)
+    if approved.sha256 != mark.get("sha256"):
+        raise journal_module.JournalError(
+            f"run {path.stem} applied the plan {file} with SHA-256 {mark.get('sha256')}; the "
+            "file is another plan now: a resume goes on only under the same plan"
+        )
+    saved_plan.check_runbook(approved, runbook)
+    args.plan, args.approved_by = file, mark.get("approved_by")
+    for gate in ("allow_reboot", "allow_node_wide"):
+        setattr(args, gate, bool(approved.document.get("gates", {}).get(gate)))
+    return approved
 
 
 def _approved_plan(
