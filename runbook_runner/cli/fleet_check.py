@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 
 def fleet_check(args: argparse.Namespace) -> int:
-    from runbook_runner.format.parameters import gpu_range, resolve_parameters
 
     if args.json and args.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook check")
@@ -38,10 +37,7 @@ def fleet_check(args: argparse.Namespace) -> int:
         hosts = fleet.select_hosts(args)
     except fleet.BadFleetInput:
         return ExitCode.BAD_INPUT
-    runbook = cli_host.load_named(args)
-    params = resolve_parameters(
-        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
-    )
+    runbook, params = cli_host.load_with_params(args)
     structured = args.json or args.jsonl
     out = console.Output(structured)
     messages = fleet.Messages()

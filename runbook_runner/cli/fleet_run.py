@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 def fleet_run(args: argparse.Namespace) -> int:
     from runbook_runner.fleet.rollout import batches, may_continue
-    from runbook_runner.format.parameters import gpu_range, resolve_parameters
 
     for option, given in (("--journal", args.journal), ("--resume", args.resume)):
         if given:
@@ -49,10 +48,7 @@ def fleet_run(args: argparse.Namespace) -> int:
         hosts = fleet.select_hosts(args)
     except fleet.BadFleetInput:
         return ExitCode.BAD_INPUT
-    runbook = cli_host.load_named(args)
-    params = resolve_parameters(
-        runbook, [*gpu_range(runbook, getattr(args, "gpus", None)), *args.set]
-    )
+    runbook, params = cli_host.load_with_params(args)
     if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
         raise UsageError(
             f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r}",

@@ -48,14 +48,15 @@ def _load_and_connect(
     """Load the runbook and its parameters while the connection is being opened."""
     connecting = started(args)
     try:
-        runbook, params = _load_with_params(args)
+        runbook, params = load_with_params(args)
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
     return runbook, params, connecting.result(out.line)
 
 
-def _load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
+def load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
+    """The runbook the command line names, and its parameters (--gpus, then --set)."""
     runbook = load_named(args)
     narrowed = gpu_range(runbook, getattr(args, "gpus", None))
     return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
@@ -174,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     connecting = started(args)
     approved = None
     try:
-        runbook, params = _load_with_params(args)
+        runbook, params = load_with_params(args)
         if getattr(args, "plan", None):
             approved, params = _approved_plan(args, runbook, params)
         resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
