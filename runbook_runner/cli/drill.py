@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import journal as journal_module
+from runbook_runner.journal import lines as journal_lines
 from runbook_runner import localfile
 from runbook_runner.cli import console
 from runbook_runner.cli.host import execute_run, load_named
@@ -103,8 +104,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
             judgement = judge(report, code)
             if hooks.journal is not None:
                 journal = journal_module.Journal(hooks.journal, hooks.journal_clock)
-                verdict: dict[str, Any] = dict(judgement.to_json())
-                journal.write("drill-end", **verdict)
+                journal.append(journal_lines.drill_end(judgement.to_json()))
                 journal.close()
             timeline = [(t - started, what, by) for t, what, by in drill.host.host.timeline]
             console.debrief(out, report, judgement, timeline)

@@ -38,6 +38,7 @@ from runbook_runner.fleet.stop import HostStop, Stop
 from runbook_runner.fleet.summary import HostOutcome, printable
 from runbook_runner.journal import JournalError
 from runbook_runner.runbook import Runbook
+from runbook_runner.status import STOPPING, RunOutcome
 
 if TYPE_CHECKING:
     from runbook_runner.events import ConfirmRequest, Event, RunReport
@@ -651,7 +652,7 @@ def _not_started_outcome(
     if journalled is not None:
         args, runbook, params = journalled
         try:
-            record["journal"] = str(_journal_not_started(args, runbook, params, host, name))
+            record["journal"] = str(_journal_not_started(args, runbook, params, host, stop.signum))
         except JournalError as error:
             record["journal_error"] = str(error)
     return HostOutcome(
@@ -665,33 +666,28 @@ def _not_started_outcome(
 
 
 def _journal_not_started(
-    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, name: str
+    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, signum: int
 ) -> Path:
     from runbook_runner import __version__
     from runbook_runner import journal as journal_module
+    from runbook_runner.journal import lines as journal_lines
 
     run_id = journal_module.new_run_id(runbook.name, host.name)
     journal = journal_module.Journal(cli_host._journal_folder() / f"{run_id}.jsonl")
     try:
-        journal.write(
-            "run-start",
-            run=run_id,
-            runbook=runbook.name,
-            runbook_path=runbook.path,
-            runbook_sha256=runbook.sha256,
-            parameters=cli_host._secret_free(runbook, params),
-            operator=getpass.getuser(),
-            host=host.name,
-            tool_version=__version__,
-            dry_run=args.dry_run,
+        journal.append(
+            journal_lines.run_start(
+                run=run_id,
+                runbook=runbook,
+                parameters=cli_host._secret_free(runbook, params),
+                operator=getpass.getuser(),
+                host=host.name,
+                tool_version=__version__,
+                dry_run=args.dry_run,
+            )
         )
-        journal.write(
-            "run-end",
-            ok=False,
-            outcome="interrupted",
-            interrupted=True,
-            not_started=True,
-            signal=name,
+        journal.append(
+            journal_lines.run_end(RunOutcome.INTERRUPTED, signum=signum, not_started=True)
         )
     finally:
         journal.close()
@@ -757,6 +753,7 @@ def _run_one(
     """One host's run: journal, lock, run, release, outcome, as ``runbook run`` on one host
     (cli/host.py) does it, with the fleet's stop in place of the signal handler."""
     from runbook_runner.cli.outcomes import run_code
+    from runbook_runner.journal import lines as journal_lines
     from runbook_runner.journal.recording import Recorder
     from runbook_runner.runner import Runner
     from runbook_runner.ssh.hostlock import HostLock, HostLocked, LockUnavailable
@@ -823,30 +820,22 @@ def _run_one(
                 allow_node_wide=getattr(args, "allow_node_wide", False),
             )
             lock = None
-            outcome = "interrupted"
-            extra: dict[str, Any] = {}
+            outcome = RunOutcome.INTERRUPTED
+            ended: dict[str, Any] = {}
             try:
                 if runbook.destructive and not args.dry_run:
                     lock = HostLock(transport, host.name, cli_host._lock_owner(run_id))
                     previous = lock.acquire(break_stale=args.break_lock)
-                    took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
-                    journal.write("lock", held=True, **took)
+                    journal.append(journal_lines.lock(taken_over_from=previous))
                 report = runner.run(from_step=args.from_step, dry_run=args.dry_run)
-                outcome = "declined" if report.declined else "finished"
+                outcome = RunOutcome.DECLINED if report.declined else RunOutcome.FINISHED
             except Interrupted as interrupt:
-                extra = {
-                    "signal": signal.Signals(interrupt.signum).name,
-                    "ended_on_host": (
-                        f"process group {interrupt.ended_on_host}"
-                        if interrupt.ended_on_host
-                        else None
-                    ),
-                }
+                ended = {"signum": interrupt.signum, "ended_on_host": interrupt.ended_on_host}
                 raise
             except BaseException as error:
-                outcome, extra = "error", {"error": str(error) or type(error).__name__}
+                outcome, ended = RunOutcome.ERROR, {"error": str(error) or type(error).__name__}
                 if isinstance(error, HostLocked | LockUnavailable):
-                    extra["locked"] = True
+                    ended["locked"] = True
                 raise
             finally:
                 # Cleanup never hides why the run stopped: its own failures are recorded.
@@ -854,21 +843,8 @@ def _run_one(
                     try:
                         lock.release()
                     except (TransportError, KeyboardInterrupt) as error:
-                        extra["lock_release_failed"] = str(error)
-                journal.write(
-                    "run-end",
-                    ok=report is not None and report.ok,
-                    outcome=outcome,
-                    reached_by=report.reached_by if report is not None else None,
-                    declined=report.declined if report is not None else None,
-                    interrupted=outcome == "interrupted",
-                    blocked=(
-                        report.blocked.message
-                        if report is not None and report.blocked is not None
-                        else None
-                    ),
-                    **extra,
-                )
+                        ended["lock_release_failed"] = str(error)
+                journal.append(journal_lines.run_end(outcome, report, **ended))
                 journal.close()
     except Interrupted as interrupt:
         if not journal_path:  # stopped while connecting: its run never began
@@ -915,7 +891,7 @@ def _run_one(
     if report.ok:
         how = f"reached by {report.reached_by}" if report.reached_by else "held already"
         return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
-    stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
+    stopped = [r for r in report.steps if r.status in STOPPING]
     line = "goal NOT reached"
     if stopped:
         line += f" — step {stopped[-1].id} {stopped[-1].status.replace('_', ' ')}"

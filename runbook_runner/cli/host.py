@@ -31,10 +31,12 @@ from runbook_runner.errors import (
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.format.catalog import Catalog, search_path
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
+from runbook_runner.journal import lines as journal_lines
 from runbook_runner.journal import resume as resume_module
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
 from runbook_runner.safetext import markdown_cell, visible
+from runbook_runner.status import RunOutcome
 from runbook_runner.ssh.hostlock import HostLock
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
@@ -204,33 +206,27 @@ def execute_run(
         )
         lock = None
         report: RunReport | None = None
-        outcome = "interrupted"
-        extra: dict[str, Any] = {}
+        outcome = RunOutcome.INTERRUPTED
+        ended: dict[str, Any] = {}
         try:
             if runbook.destructive and not args.dry_run and getattr(args, "lock", True):
                 lock = HostLock(transport, transport.target.label, _lock_owner(run_id))
                 previous = lock.acquire(break_stale=getattr(args, "break_lock", False))
-                took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
-                journal.write("lock", held=True, **took)
+                journal.append(journal_lines.lock(taken_over_from=previous))
             report = runner.run(
                 from_step=args.from_step,
                 dry_run=args.dry_run,
                 resume=resume[1] if resume is not None else None,
             )
-            outcome = "declined" if report.declined else "finished"
+            outcome = RunOutcome.DECLINED if report.declined else RunOutcome.FINISHED
         except Interrupted as interrupt:
-            extra = {
-                "signal": signal.Signals(interrupt.signum).name,
-                "ended_on_host": (
-                    f"process group {interrupt.ended_on_host}" if interrupt.ended_on_host else None
-                ),
-            }
+            ended = {"signum": interrupt.signum, "ended_on_host": interrupt.ended_on_host}
             raise
         except NeedsConfirmation:
-            outcome = "needs-confirmation"
+            outcome = RunOutcome.NEEDS_CONFIRMATION
             raise
         except BaseException as error:
-            outcome, extra = "error", {"error": str(error) or type(error).__name__}
+            outcome, ended = RunOutcome.ERROR, {"error": str(error) or type(error).__name__}
             raise
         finally:
             # Cleanup never hides why the run stopped: its own failures are recorded, not raised.
@@ -238,18 +234,8 @@ def execute_run(
                 try:
                     lock.release()
                 except (TransportError, KeyboardInterrupt) as error:
-                    extra["lock_release_failed"] = str(error)
-            journal.write(
-                "run-end",
-                ok=report is not None and report.ok,
-                outcome=outcome,
-                reached_by=report.reached_by if report is not None else None,
-                declined=report.declined if report is not None else None,
-                interrupted=outcome == "interrupted",
-                stopped_by=_stopped_by(report, confirmer),
-                blocked=report.blocked.message if report is not None and report.blocked else None,
-                **extra,
-            )
+                    ended["lock_release_failed"] = str(error)
+            journal.append(journal_lines.run_end(outcome, report, **ended))
             if drill is not None:
                 drill.journal = journal.path
             journal.close()
@@ -310,15 +296,6 @@ def stop_signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[Non
             signal.signal(signum, old)
 
 
-def _stopped_by(report: RunReport | None, confirmer: console.Confirmer) -> str | None:
-    """Who or what stopped a run before its end: 'operator', 'needs --allow-reboot', ..."""
-    if report is None or not report.declined:
-        return None
-    declined = next((r for r in report.steps if r.status == "declined"), None)
-    reason = declined.message if declined is not None else ""
-    return "operator" if reason.startswith("declined by") else reason or "operator"
-
-
 def _lock_owner(run_id: str) -> dict[str, Any]:
     import socket
 
@@ -349,17 +326,14 @@ def _open_journal(
         path, plan = resume
         journal = journal_module.Journal(path)
         partial = journal.drop_cut_short_tail()
-        in_flight = plan.in_flight
-        dropped: dict[str, Any] = {} if partial is None else {"dropped_cut_short_line": partial}
-        journal.write(
-            "resume",
-            from_step=plan.first,
-            operator=getpass.getuser(),
-            skipped_as_finished=list(plan.finished),
-            in_flight=(
-                {"step": in_flight.step, "maybe_sent": in_flight.maybe_sent} if in_flight else None
-            ),
-            **dropped,
+        journal.append(
+            journal_lines.resume(
+                from_step=plan.first,
+                operator=getpass.getuser(),
+                skipped_as_finished=plan.finished,
+                in_flight=plan.in_flight,
+                dropped_cut_short_line=partial,
+            )
         )
         return journal, plan.run
     run_id = journal_module.new_run_id(runbook.name, transport.target.host)
@@ -369,23 +343,19 @@ def _open_journal(
         else _journal_folder() / f"{run_id}.jsonl"
     )
     journal = journal_module.Journal(path, drill.journal_clock if drill is not None else None)
-    marks: dict[str, Any] = {}
-    if drill is not None:  # a drill: its scenario, on simulated time
-        marks = {"drill": drill.scenario, "simulated_time": True}
-    journal.write(
-        "run-start",
-        **marks,
-        run=run_id,
-        runbook=runbook.name,
-        runbook_path=runbook.path,
-        runbook_sha256=runbook.sha256,
-        parameters=_secret_free(runbook, params),
-        operator=getpass.getuser(),
-        host=transport.target.label,
-        login=transport.login_user,
-        host_key=fingerprint(transport.host_key) if transport.host_key else None,
-        tool_version=__version__,
-        dry_run=args.dry_run,
+    journal.append(
+        journal_lines.run_start(
+            run=run_id,
+            runbook=runbook,
+            parameters=_secret_free(runbook, params),
+            operator=getpass.getuser(),
+            host=transport.target.label,
+            login=transport.login_user,
+            host_key=fingerprint(transport.host_key) if transport.host_key else None,
+            tool_version=__version__,
+            dry_run=args.dry_run,
+            drill=drill.scenario if drill is not None else None,  # on simulated time
+        )
     )
     return journal, run_id
 
