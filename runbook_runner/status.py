@@ -5,9 +5,9 @@ a check ``cannot-tell``); the sets the engine, the resume and the CLI decide by 
 statuses stop a run, which mean a command went out) are named once too. Pure: imports
 nothing of the package, so every room may use it.
 
-An observation's ``condition`` (``timed-out``, ``not-found``, ...) is another vocabulary:
-runbooks compare with it (``NAME.condition == 'timed-out'``), so it keeps its own spelling
-(observe.CONDITIONS).
+An observation's ``condition`` (``timed-out``, ``not-found``, ...) is another vocabulary,
+:class:`Condition`: runbooks compare with it (``NAME.condition == 'timed-out'``), so it keeps
+its own spelling, as a step's ``timed_out`` keeps the journal's.
 """
 
 from __future__ import annotations
@@ -70,6 +70,21 @@ class CheckStatus(Word):
     OK = "ok"
     FAILING = "failing"
     CANNOT_TELL = "cannot-tell"  # what it needs could not be observed
+
+
+class Condition(Word):
+    """Why an observation produced no state, as ``NAME.condition`` reads it in a runbook
+    (besides these, nvidia-smi's own failures: observe/nvidia_smi.py)."""
+
+    OK = "ok"  # it was made
+    FAILED = "failed"  # its command exited with a status the observation does not accept
+    NOT_FOUND = "not-found"  # exit 127: the command is not installed
+    TIMED_OUT = "timed-out"  # its command ran out of time
+    UNPARSABLE = "unparsable"  # the parser refused the output
+
+
+# Conditions the runner tells (not the tool's own words): its state cannot be known.
+RUNNER_CONDITIONS = frozenset({Condition.FAILED, Condition.TIMED_OUT, Condition.UNPARSABLE})
 
 
 class ConfirmAnswer(Word):

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import journal as journal_module
-from runbook_runner.journal import lines as journal_lines
 from runbook_runner import localfile
 from runbook_runner.cli import console
 from runbook_runner.cli.host import execute_run, load_named
 from runbook_runner.errors import RunbookRunnerError, UsageError
+from runbook_runner.journal import lines as journal_lines
+from runbook_runner.status import REFUSED
 
 if TYPE_CHECKING:
     from runbook_runner.events import RunReport
@@ -80,7 +81,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
         _point_at_simulated_host(args, drill)
 
         def judge(report: RunReport, code: int) -> drills.Judgement:
-            said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
+            said = " ".join(r.message for r in report.steps if r.status in REFUSED)
             # A run that ends with the goal not reached says what a human must do: its hints.
             said += "".join(
                 f" {r.message} {report.runbook.checks[r.name].hint}" for r in report.failing

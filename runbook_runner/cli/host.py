@@ -36,8 +36,8 @@ from runbook_runner.journal import resume as resume_module
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.runbook import Runbook, load
 from runbook_runner.safetext import markdown_cell, visible
-from runbook_runner.status import RunOutcome
 from runbook_runner.ssh.hostlock import HostLock
+from runbook_runner.status import RunOutcome
 
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.cli.drill import DrillHooks

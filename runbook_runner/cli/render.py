@@ -10,8 +10,10 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 from runbook_runner.journal.state import first_of
 from runbook_runner.journal.state import state_json as state_json  # --json prints it too
 from runbook_runner.observe.state import Memory, Unavailable
+from runbook_runner.plan.ownership import Disposition
 from runbook_runner.runbook import Runbook, Step, seconds_text
 from runbook_runner.safetext import own_sgr, visible
+from runbook_runner.status import StepStatus
 
 if TYPE_CHECKING:
     from runbook_runner.events import StepRecord, Waiting
@@ -246,7 +248,11 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_VERDICT = {"act": "acted on", "leave": "left alone", "cannot-tell": "cannot tell"}
+_VERDICT: dict[str, str] = {
+    Disposition.ACT: "acted on",
+    Disposition.LEAVE: "left alone",
+    Disposition.CANNOT_TELL: "cannot tell",
+}
 
 
 def owner_lines(runbook: Runbook, state: Mapping[str, Any]) -> list[str]:
@@ -303,14 +309,14 @@ def check_lines(results: Sequence[CheckResult], runbook: Runbook, style: Style) 
 
 
 _STATUS_STYLE = {
-    "ok": ("ok", "green"),
-    "failed": ("FAILED", "red"),
-    "timed_out": ("TIMED OUT", "red"),
-    "skipped": ("skipped", "dim"),
-    "declined": ("declined", "yellow"),
-    "planned": ("planned", "cyan"),
-    "unknown": ("UNKNOWN", "yellow"),
-    "blocked": ("BLOCKED", "yellow"),
+    StepStatus.OK: ("ok", "green"),
+    StepStatus.FAILED: ("FAILED", "red"),
+    StepStatus.TIMED_OUT: ("TIMED OUT", "red"),
+    StepStatus.SKIPPED: ("skipped", "dim"),
+    StepStatus.DECLINED: ("declined", "yellow"),
+    StepStatus.PLANNED: ("planned", "cyan"),
+    StepStatus.UNKNOWN: ("UNKNOWN", "yellow"),
+    StepStatus.BLOCKED: ("BLOCKED", "yellow"),
 }
 
 

@@ -101,7 +101,9 @@ def resume(
     dropped_cut_short_line: str | None = None,
 ) -> Line:
     """A stopped run continues (``--resume``), from ``from_step``."""
-    dropped = {} if dropped_cut_short_line is None else {"dropped_cut_short_line": dropped_cut_short_line}
+    dropped = (
+        {} if dropped_cut_short_line is None else {"dropped_cut_short_line": dropped_cut_short_line}
+    )
     return Line(
         "resume",
         {
@@ -204,7 +206,11 @@ def confirmation(
     asked: bool = True,
 ) -> Line:
     """An operator's answer, or (``asked`` False) why nobody was asked: the real reason."""
-    said = (ConfirmAnswer.YES if answer else ConfirmAnswer.NO) if asked or answer else ConfirmAnswer.NOT_ASKED
+    said = (
+        (ConfirmAnswer.YES if answer else ConfirmAnswer.NO)
+        if asked or answer
+        else ConfirmAnswer.NOT_ASKED
+    )
     return Line(
         "confirmation",
         {

@@ -52,5 +52,7 @@ class Recorder:
     ) -> None:
         """An operator's answer, or (``asked`` False) why nobody was asked: the real reason."""
         self.journal.append(
-            lines.confirmation(request, answer=answer, operator=operator, reason=reason, asked=asked)
+            lines.confirmation(
+                request, answer=answer, operator=operator, reason=reason, asked=asked
+            )
         )

@@ -30,17 +30,10 @@ import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.runbook import Subject
-
-
-class Word(str, Enum):
-    """An enum whose members are the words the journal and --json spell."""
-
-    def __str__(self) -> str:
-        return str(self.value)
+from runbook_runner.status import Word
 
 
 class Owner(Word):
