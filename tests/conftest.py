@@ -37,7 +37,7 @@ def journal_problems(path: Path) -> list[str]:
     for number, line in enumerate(path.read_bytes().splitlines(), start=1):
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         for error in journal_validator().iter_errors(event):
             problems.append(f"{path.name}:{number}: {error.json_path}: {error.message[:300]}")

@@ -15,16 +15,12 @@ from runbook_runner import journal as journal_module
 from runbook_runner import localfile
 from runbook_runner.cli import console
 from runbook_runner.cli.host import execute_run, load_named
-from runbook_runner.errors import RunbookRunnerError, UsageError
+from runbook_runner.errors import StateFileInvalid, UsageError
 from runbook_runner.journal import lines as journal_lines
 from runbook_runner.status import REFUSED
 
 if TYPE_CHECKING:
     from runbook_runner.events import RunReport
-
-
-class StateFileInvalid(RunbookRunnerError):
-    """A ``runbook test --state`` file that cannot be read or describes no host."""
 
 
 class DrillHooks:

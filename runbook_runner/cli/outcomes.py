@@ -59,8 +59,12 @@ def failure(error: BaseException) -> Failure | None:
     The modules whose errors these are load here, on failure, so that a command that works
     never imports them."""
     from runbook_runner import journal
-    from runbook_runner.cli.drill import StateFileInvalid
-    from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
+    from runbook_runner.errors import (
+        NeedsConfirmation,
+        SshSetupError,
+        StateFileInvalid,
+        TransportError,
+    )
     from runbook_runner.format.catalog import UnknownRunbook
     from runbook_runner.format.expr import EvalError
     from runbook_runner.format.parameters import ParameterError
