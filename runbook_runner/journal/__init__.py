@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
-from runbook_runner.status import RunOutcome
+from runbook_runner.status import ConfirmAnswer, RunOutcome
 
 if TYPE_CHECKING:
     from runbook_runner.journal.lines import Line
@@ -239,7 +239,7 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                     t,
                     str(event.get("step")),
                     f"{event.get('operator')} answered {event.get('answer')}"
-                    if event.get("answer") != "not asked"
+                    if event.get("answer") != ConfirmAnswer.NOT_ASKED
                     else f"not asked: {event.get('reason')}",
                 )
             )
