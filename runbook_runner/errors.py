@@ -74,3 +74,7 @@ class UsageError(RunbookRunnerError):
     def __init__(self, message: str, prog: str) -> None:
         super().__init__(message)
         self.prog = prog
+
+
+class StateFileInvalid(RunbookRunnerError):
+    """A ``runbook test --state`` file that cannot be read or describes no host."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook_runner.expect import CheckResult, State, all_ok
 from runbook_runner.runbook import Runbook, Step
+from runbook_runner.status import SENT, StepStatus
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
     from runbook_runner.transport import CommandResult
@@ -67,13 +68,10 @@ class Reconnecting:
     timeout_s: float
 
 
-SENT = frozenset({"ok", "failed", "timed_out", "unknown"})  # a command went out, or may have
-
-
 @dataclass(frozen=True)
 class StepRecord:
     id: str
-    status: str  # ok, failed, skipped, timed_out, declined, planned, unknown, blocked
+    status: StepStatus
     started: float  # Unix time
     duration_s: float
     exit_status: int | None = None

@@ -19,6 +19,7 @@ from runbook_runner.format import expr
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable, field_label, field_names, has_field
 from runbook_runner.runbook import Check, Expression, Runbook, Within
+from runbook_runner.status import CheckStatus, Condition
 
 State = Mapping[str, Any]  # observation name -> record, tuple of records, or Unavailable
 
@@ -34,9 +35,11 @@ class CheckResult:
     cannot_tell: bool = False  # neither ok nor failing: what it needs could not be observed
 
     @property
-    def status(self) -> str:
+    def status(self) -> CheckStatus:
         """'ok', 'failing' or 'cannot-tell'."""
-        return "ok" if self.ok else "cannot-tell" if self.cannot_tell else "failing"
+        if self.ok:
+            return CheckStatus.OK
+        return CheckStatus.CANNOT_TELL if self.cannot_tell else CheckStatus.FAILING
 
     @property
     def is_failing(self) -> bool:
@@ -103,7 +106,7 @@ class _Context:
             value = self.state.get(head)
             if value is None:
                 raise _Unavailable(f"{head} was not observed")
-            return value.condition if isinstance(value, Unavailable) else "ok"
+            return value.condition if isinstance(value, Unavailable) else Condition.OK
         if field:
             return getattr(self.observed(head), field)
         if name in self.runbook.observations:
@@ -434,9 +437,9 @@ def all_ok(results: Iterable[CheckResult]) -> bool:
     return all(result.ok for result in results)
 
 
-def outcome(results: Iterable[CheckResult]) -> str:
+def outcome(results: Iterable[CheckResult]) -> CheckStatus:
     """Of several checks: 'failing' if one fails, else 'cannot-tell' if one cannot be told, else 'ok'."""
     statuses = {result.status for result in results}
-    if "failing" in statuses:
-        return "failing"
-    return "cannot-tell" if "cannot-tell" in statuses else "ok"
+    if CheckStatus.FAILING in statuses:
+        return CheckStatus.FAILING
+    return CheckStatus.CANNOT_TELL if CheckStatus.CANNOT_TELL in statuses else CheckStatus.OK

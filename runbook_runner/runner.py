@@ -41,6 +41,7 @@ from runbook_runner.observe.state import ProcessOwner, Unavailable
 from runbook_runner.plan import decide, identity, ownership, saved
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step, Subject
 from runbook_runner.ssh.batch import BatchCommand
+from runbook_runner.status import NOT_EXECUTED, STOPPING, Condition, StepStatus
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
     from runbook_runner.transport import CommandResult
@@ -174,7 +175,7 @@ class Runner:
             try:
                 return parser.parse(text, 0, text)
             except ParseError as error:
-                return Unavailable(str(error), "unparsable")
+                return Unavailable(str(error), Condition.UNPARSABLE)
         command = self._command_of(name)
         sent = OBSERVE_IN_C_LOCALE + command
         try:
@@ -189,21 +190,23 @@ class Runner:
         observation = self.runbook.observations[name]
         parser = PARSERS[observation.parser]
         if result.timed_out:
-            return Unavailable(f"{command!r} timed out after {observation.timeout:g}s", "timed-out")
+            return Unavailable(
+                f"{command!r} timed out after {observation.timeout:g}s", Condition.TIMED_OUT
+            )
         status = result.exit_status if result.exit_status is not None else -1
         detail = (result.stderr or result.stdout).strip().splitlines()
         if status == 127:
             reason = f"{command!r} exited 127 (command not found)" + (
                 f": {detail[-1]}" if detail else ""
             )
-            return Unavailable(reason, "not-found")
+            return Unavailable(reason, Condition.NOT_FOUND)
         if status not in observation.ok_exit and parser.tool != "nvidia-smi":
             reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
             return Unavailable(reason)
         try:
             value = parser.parse(result.stdout, status, command)
         except ParseError as error:
-            return Unavailable(str(error), getattr(error, "condition", "unparsable"))
+            return Unavailable(str(error), getattr(error, "condition", Condition.UNPARSABLE))
         if observation.parser == "process-owners" and self.subject is not None:
             value = self._classify(self.subject, value)
         return value
@@ -280,7 +283,7 @@ class Runner:
                 # The plan was approved on another picture of the host: act on none of it.
                 report.blocked = StepRecord(
                     "approved-plan",
-                    "blocked",
+                    StepStatus.BLOCKED,
                     self.wall_clock(),
                     0.0,
                     message="blocked: cannot tell: the host changed since the plan was made: "
@@ -304,24 +307,26 @@ class Runner:
                 record = self._step(step, number, len(steps), dry_run)
             report.steps.append(record)
             self.on_event(StepDone(step, record))
-            if record.status == "declined":
+            if record.status == StepStatus.DECLINED:
                 report.declined = True
                 break
-            if record.status == "blocked" and step.destructive:
+            if record.status == StepStatus.BLOCKED and step.destructive:
                 report.blocked = report.blocked or record
                 if not dry_run:
                     break  # cannot tell never escalates: stop before the step
             goal = set(self.runbook.goal)
-            waited_for_goal = record.status == "ok" and step.wait and goal <= set(step.wait.until)
+            waited_for_goal = (
+                record.status == StepStatus.OK and step.wait and goal <= set(step.wait.until)
+            )
             skipped_for_goal = record.skipped_because_holds and goal <= set(step.skip_if)
             if report.reached_by is None and waited_for_goal:
                 report.reached_by = step.id
             elif report.reached_by is None and skipped_for_goal and last_executed:
                 # A rung skipped because the goal holds: the rung before it did the work.
                 report.reached_by = last_executed
-            if record.status not in {"skipped", "planned", "blocked"}:
+            if record.status not in NOT_EXECUTED:
                 last_executed = step.id
-            if record.status in {"failed", "timed_out", "unknown"} and step.on_failure == "stop":
+            if record.status in STOPPING and step.on_failure == "stop":
                 break
         report.after = self.check_goal("after")
         if report.ok and report.reached_by is None:
@@ -348,7 +353,9 @@ class Runner:
         lost = "in flight when the run stopped (whether its command reached the host is unknown)"
         if all_ok(results):
             holds = "; its expected state holds: " + ", ".join(expected) + "; not sent again"
-            return StepRecord(step.id, "ok", started, self.clock() - t0, message=lost + holds)
+            return StepRecord(
+                step.id, StepStatus.OK, started, self.clock() - t0, message=lost + holds
+            )
         if dry_run or not step.destructive:
             return self._step(step, number, total, dry_run)
         failing = "; ".join(r.message for r in results if not r.ok)
@@ -357,7 +364,7 @@ class Runner:
         if not self.confirm(ConfirmRequest(step, commands, resend=reason)):
             return StepRecord(
                 step.id,
-                "declined",
+                StepStatus.DECLINED,
                 started,
                 self.clock() - t0,
                 message="the operator declined sending it again",
@@ -389,7 +396,7 @@ class Runner:
         acted: tuple[dict[str, Any], ...] = ()
         left_alone: tuple[str, ...] = ()
 
-        def record(status: str, message: str = "", **extra: Any) -> StepRecord:
+        def record(status: StepStatus, message: str = "", **extra: Any) -> StepRecord:
             done = StepRecord(
                 step.id,
                 status,
@@ -436,13 +443,17 @@ class Runner:
         acted = tuple(_fields(item) for item in items if item is not None)
         self.on_event(StepStarting(step, number, total, commands, acted))
         if dry_run:
-            return record("planned", "dry run: not executed", commands=commands, targets=targets)
+            return record(
+                StepStatus.PLANNED, "dry run: not executed", commands=commands, targets=targets
+            )
         if step.destructive and commands and not confirmed:
             answer = self.confirm(ConfirmRequest(step, commands, targets))
             if isinstance(answer, bool):
                 answer = Answer(answer, "" if answer else "declined by the operator")
             if not answer.yes:
-                return record("declined", answer.reason, commands=commands, targets=targets)
+                return record(
+                    StepStatus.DECLINED, answer.reason, commands=commands, targets=targets
+                )
         if step.reboots:
             return self._reboot(step, sent, commands, record)
         results: list[CommandResult] = []
@@ -456,14 +467,14 @@ class Runner:
             results.append(result)
             if result.timed_out:
                 return record(
-                    "timed_out",
+                    StepStatus.TIMED_OUT,
                     f"timed out after {self.seconds(step.timeout):g}s and was ended on the host",
                     commands=commands,
                     results=tuple(results),
                 )
             if result.exit_status not in step.ok_exit:
                 return record(
-                    "failed",
+                    StepStatus.FAILED,
                     _failure_message(result, step),
                     exit_status=result.exit_status,
                     commands=commands,
@@ -473,7 +484,7 @@ class Runner:
         if step.wait is not None:
             ended = self._wait(step)
             return record(
-                "ok" if ended.reached else "failed",
+                StepStatus.OK if ended.reached else StepStatus.FAILED,
                 f"wait ended: {ended.reason}",
                 exit_status=exit_status,
                 commands=commands,
@@ -482,7 +493,7 @@ class Runner:
                 targets=targets,
             )
         return record(
-            "ok",
+            StepStatus.OK,
             exit_status=exit_status,
             commands=commands,
             results=tuple(results),
@@ -510,7 +521,9 @@ class Runner:
             self._left_alone = decision.left_alone
         if decision.verdict is decide.Verdict.RUN:
             return decision.items
-        status = "blocked" if decision.verdict is decide.Verdict.BLOCKED else "skipped"
+        status = (
+            StepStatus.BLOCKED if decision.verdict is decide.Verdict.BLOCKED else StepStatus.SKIPPED
+        )
         return StepRecord(
             step.id,
             status,
@@ -565,7 +578,7 @@ class Runner:
         while self.transport.alive():
             if self.clock() > went_down:
                 return record(
-                    "failed",
+                    StepStatus.FAILED,
                     f"the host did not go down within {REBOOT_GOES_DOWN_S:g}s of the reboot",
                     commands=commands,
                 )
@@ -580,16 +593,19 @@ class Runner:
             except TransportError as error:
                 if isinstance(error, HostKeyChanged) or self.clock() > back:
                     return record(
-                        "failed", f"the host did not come back: {error}", commands=commands
+                        StepStatus.FAILED, f"the host did not come back: {error}", commands=commands
                     )
                 self.sleep(min(5.0, max(0.0, back - self.clock())))
         if step.wait is not None:
             ended = self._wait(step)
             if not ended.reached:
                 return record(
-                    "failed", f"back, but wait ended: {ended.reason}", commands=commands, wait=ended
+                    StepStatus.FAILED,
+                    f"back, but wait ended: {ended.reason}",
+                    commands=commands,
+                    wait=ended,
                 )
-        return record("ok", "the host rebooted and is back", commands=commands)
+        return record(StepStatus.OK, "the host rebooted and is back", commands=commands)
 
     def _reconnect(self, step: Step | None, lost: ConnectionLost) -> None:
         """Reconnect with a bounded backoff; give up (raising ``lost``) after RECONNECT_FOR_S."""
@@ -618,18 +634,18 @@ class Runner:
         """The connection dropped mid-command: judge the step by its expected state, re-observed."""
         lost = "the connection dropped while it ran; outcome unknown, not sent again"
         if step.wait is None:
-            return record("unknown", lost, commands=commands, results=results)
+            return record(StepStatus.UNKNOWN, lost, commands=commands, results=results)
         ended = self._wait(step)
         if ended.reached:
             return record(
-                "ok",
+                StepStatus.OK,
                 f"{lost}; its expected state was re-observed and holds",
                 commands=commands,
                 results=results,
                 wait=ended,
             )
         message = f"{lost}; wait ended: {ended.reason}"
-        return record("unknown", message, commands=commands, results=results, wait=ended)
+        return record(StepStatus.UNKNOWN, message, commands=commands, results=results, wait=ended)
 
     def _wait(self, step: Step) -> WaitEnd:
         """Poll the step's wait condition until it holds, its deadline passes, or waiting

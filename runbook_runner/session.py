@@ -15,20 +15,21 @@ happened (an error, a signal), and the journal says what it was.
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runbook_runner import __version__
 from runbook_runner import journal as journal_module
 from runbook_runner.errors import Interrupted, NeedsConfirmation, TransportError
+from runbook_runner.journal import lines as journal_lines
 from runbook_runner.runbook import Runbook
+from runbook_runner.status import RunOutcome as Ended
 
 if TYPE_CHECKING:
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
@@ -76,7 +77,8 @@ class JournalPolicy:
     path: Path | None = None
     resume: ResumePoint | None = None
     clock: Callable[[], float] | None = None  # a drill's simulated wall clock
-    marks: Mapping[str, Any] = field(default_factory=dict)  # run-start extras: a drill's
+    drill: str | None = None  # a drill's scenario: its lines carry simulated time
+    plan: Mapping[str, Any] | None = None  # the saved plan the run applies (file, sha256, by)
 
 
 @dataclass(frozen=True)
@@ -124,16 +126,6 @@ class RunRequest:
     sleep: Callable[[float], None] = time.sleep
 
 
-class Ended(enum.Enum):
-    """How a session ended; the journal's run-end ``outcome`` spells it."""
-
-    FINISHED = "finished"  # the runner ran to its end (goal met or not: see the report)
-    DECLINED = "declined"  # a destructive step was not allowed
-    INTERRUPTED = "interrupted"  # a signal stopped it
-    NEEDS_CONFIRMATION = "needs-confirmation"  # a question nobody could answer here
-    ERROR = "error"  # an exception: the transport, the lock, the journal, a bug
-
-
 @dataclass(frozen=True)
 class RunOutcome:
     """What one session did: the runner's report (None when it never ended), how it
@@ -148,7 +140,7 @@ class RunOutcome:
 
     @property
     def stopped_by(self) -> str | None:
-        return stopped_by(self.report)
+        return journal_lines.stopped_by(self.report)
 
 
 def run(request: RunRequest) -> RunOutcome:
@@ -176,8 +168,7 @@ def run(request: RunRequest) -> RunOutcome:
 
             lock = HostLock(request.transport, names.lock, _lock_owner(request, run_id))
             previous = lock.acquire(break_stale=request.lock.break_stale)
-            took: dict[str, Any] = {} if previous is None else {"taken_over_from": previous}
-            journal.write("lock", held=True, **took)
+            journal.append(journal_lines.lock(taken_over_from=previous))
         report = runner.run(
             from_step=request.from_step,
             dry_run=request.dry_run,
@@ -186,12 +177,7 @@ def run(request: RunRequest) -> RunOutcome:
         ended = Ended.DECLINED if report.declined else Ended.FINISHED
     except Interrupted as interrupt:
         ended, failure = Ended.INTERRUPTED, interrupt
-        extra = {
-            "signal": signal.Signals(interrupt.signum).name,
-            "ended_on_host": (
-                f"process group {interrupt.ended_on_host}" if interrupt.ended_on_host else None
-            ),
-        }
+        extra = {"signum": interrupt.signum, "ended_on_host": interrupt.ended_on_host}
     except NeedsConfirmation as error:
         ended, failure = Ended.NEEDS_CONFIRMATION, error
     except (Exception, KeyboardInterrupt) as error:
@@ -210,33 +196,10 @@ def run(request: RunRequest) -> RunOutcome:
                 released = str(error)
                 extra["lock_release_failed"] = released
         try:
-            journal.write("run-end", **run_end(ended, report, extra))
+            journal.append(journal_lines.run_end(ended, report, **extra))
         finally:
             journal.close()
     return RunOutcome(ended, report, failure, journal.path, run_id, released)
-
-
-def run_end(ended: Ended, report: RunReport | None, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The run-end line's fields: one shape for one host, each host of a fleet and a drill."""
-    return {
-        "ok": report is not None and report.ok,
-        "outcome": ended.value,
-        "reached_by": report.reached_by if report is not None else None,
-        "declined": report.declined if report is not None else None,
-        "interrupted": ended is Ended.INTERRUPTED,
-        "stopped_by": stopped_by(report),
-        "blocked": report.blocked.message if report is not None and report.blocked else None,
-        **extra,
-    }
-
-
-def stopped_by(report: RunReport | None) -> str | None:
-    """Who or what stopped a run before its end: 'operator', 'needs --allow-reboot', ..."""
-    if report is None or not report.declined:
-        return None
-    declined = next((r for r in report.steps if r.status == "declined"), None)
-    reason = declined.message if declined is not None else ""
-    return "operator" if reason.startswith("declined by") else reason or "operator"
 
 
 def _runner(request: RunRequest, recorder: Any) -> Any:
@@ -297,17 +260,14 @@ def _open_journal(request: RunRequest, names: HostNames) -> tuple[journal_module
         plan = policy.resume.plan
         journal = journal_module.Journal(policy.resume.path)
         partial = journal.drop_cut_short_tail()
-        in_flight = plan.in_flight
-        dropped: dict[str, Any] = {} if partial is None else {"dropped_cut_short_line": partial}
-        journal.write(
-            "resume",
-            from_step=plan.first,
-            operator=request.operator,
-            skipped_as_finished=list(plan.finished),
-            in_flight=(
-                {"step": in_flight.step, "maybe_sent": in_flight.maybe_sent} if in_flight else None
-            ),
-            **dropped,
+        journal.append(
+            journal_lines.resume(
+                from_step=plan.first,
+                operator=request.operator,
+                skipped_as_finished=list(plan.finished),
+                in_flight=plan.in_flight,
+                dropped_cut_short_line=partial,
+            )
         )
         return journal, plan.run
     from runbook_runner.transport import fingerprint
@@ -316,20 +276,20 @@ def _open_journal(request: RunRequest, names: HostNames) -> tuple[journal_module
     run_id = journal_module.new_run_id(runbook.name, names.short)
     path = policy.path if policy.path is not None else policy.folder / f"{run_id}.jsonl"
     journal = journal_module.Journal(path, policy.clock)
-    journal.write(
-        "run-start",
-        **policy.marks,
-        run=run_id,
-        runbook=runbook.name,
-        runbook_path=runbook.path,
-        runbook_sha256=runbook.sha256,
-        parameters=secret_free(runbook, request.parameters),
-        operator=request.operator,
-        host=names.label,
-        login=transport.login_user,
-        host_key=fingerprint(transport.host_key) if transport.host_key else None,
-        tool_version=__version__,
-        dry_run=request.dry_run,
+    journal.append(
+        journal_lines.run_start(
+            run=run_id,
+            runbook=runbook,
+            parameters=secret_free(runbook, request.parameters),
+            operator=request.operator,
+            host=names.label,
+            login=transport.login_user,
+            host_key=fingerprint(transport.host_key) if transport.host_key else None,
+            tool_version=__version__,
+            dry_run=request.dry_run,
+            drill=policy.drill,
+            plan=policy.plan,
+        )
     )
     return journal, run_id
 
@@ -342,33 +302,25 @@ def record_not_started(
     *,
     operator: str,
     dry_run: bool,
-    signal_name: str,
+    signum: int,
 ) -> Path:
     """A journal for a host a signal reached before its run began: its run-start, then a
     run-end saying so (interrupted, not started)."""
     run_id = journal_module.new_run_id(runbook.name, host)
     journal = journal_module.Journal(folder / f"{run_id}.jsonl")
     try:
-        journal.write(
-            "run-start",
-            run=run_id,
-            runbook=runbook.name,
-            runbook_path=runbook.path,
-            runbook_sha256=runbook.sha256,
-            parameters=secret_free(runbook, parameters),
-            operator=operator,
-            host=host,
-            tool_version=__version__,
-            dry_run=dry_run,
+        journal.append(
+            journal_lines.run_start(
+                run=run_id,
+                runbook=runbook,
+                parameters=secret_free(runbook, parameters),
+                operator=operator,
+                host=host,
+                tool_version=__version__,
+                dry_run=dry_run,
+            )
         )
-        journal.write(
-            "run-end",
-            ok=False,
-            outcome=Ended.INTERRUPTED.value,
-            interrupted=True,
-            not_started=True,
-            signal=signal_name,
-        )
+        journal.append(journal_lines.run_end(Ended.INTERRUPTED, signum=signum, not_started=True))
     finally:
         journal.close()
     return journal.path

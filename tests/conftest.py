@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -20,13 +24,45 @@ def fixture_text(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
+@cache
+def journal_validator() -> jsonschema.protocols.Validator:
+    schema = json.loads((REPO / "runbook_runner" / "schema" / "journal.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def journal_problems(path: Path) -> list[str]:
+    """Each line of a journal that does not match the journal schema (a line that is not
+    whole JSON is a damaged journal's, which the reader reports: not checked here)."""
+    problems = []
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        for error in journal_validator().iter_errors(event):
+            problems.append(f"{path.name}:{number}: {error.json_path}: {error.message[:300]}")
+    return problems
+
+
 @pytest.fixture(autouse=True)
-def run_journals_in_tmp(tmp_path, monkeypatch) -> Path:
-    """Run journals go to the test's folder, not to the user's ~/.local/state."""
+def run_journals_in_tmp(tmp_path, monkeypatch, request) -> Iterator[Path]:
+    """Run journals go to the test's folder, not to the user's ~/.local/state; after the
+    test, every journal written there must match the journal schema (a test that writes
+    a journal by hand to show the reader's handling of a bad one says so with
+    ``@pytest.mark.hand_written_journal``)."""
     state = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return state / "runbook-runner" / "runs"
+    runs = state / "runbook-runner" / "runs"
+    yield runs
+    if request.node.get_closest_marker("hand_written_journal") or not runs.is_dir():
+        return
+    problems = [
+        problem for path in sorted(runs.rglob("*.jsonl")) for problem in journal_problems(path)
+    ]
+    assert not problems, "journal lines that do not match the journal schema:\n" + "\n".join(
+        problems[:20]
+    )
 
 
 @pytest.fixture

@@ -366,6 +366,7 @@ def _examples() -> list[str]:
     return lines
 
 
+@pytest.mark.hand_written_journal  # minimal run-start lines, for the examples of `runbook runs`
 def test_every_help_example_runs_as_written(project, capsys, run_journals_in_tmp):
     run_journals_in_tmp.mkdir(parents=True)
     for stamp in ("20261130T1412", "20261130T1630"):
@@ -387,6 +388,7 @@ def test_every_help_example_runs_as_written(project, capsys, run_journals_in_tmp
         assert code in (ExitCode.OK, ExitCode.GOAL_NOT_MET), (example, err)
 
 
+@pytest.mark.hand_written_journal  # two minimal run-start lines
 def test_runs_show_with_a_prefix_of_two_runs_shows_the_latest(capsys, run_journals_in_tmp):
     run_journals_in_tmp.mkdir(parents=True)
     for stamp in ("20261130T141200Z", "20261130T163000Z"):

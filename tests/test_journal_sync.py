@@ -8,8 +8,10 @@ from pathlib import Path
 
 from runbook_runner import journal as journal_module
 from runbook_runner.events import StepDone, StepRecord, StepStarting
+from runbook_runner.journal import lines
 from runbook_runner.journal.recording import Recorder
 from runbook_runner.runbook import load
+from runbook_runner.status import RunOutcome
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +41,7 @@ def test_read_only_steps_cost_no_fsync_and_a_destructive_step_syncs_all_before_i
     assert synced == [7]  # before a destructive command goes out, everything is on disk
     recorder.on_event(StepDone(destructive, StepRecord(destructive.id, "ok", 0.0, 0.1)))
     assert synced == [7, 8]
-    journal.write("run-end", ok=True)
+    journal.append(lines.run_end(RunOutcome.FINISHED))
     journal.close()
     assert synced == [7, 8, 9, 9]
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()][-1] == "run-end"

@@ -180,6 +180,7 @@ def test_main_never_raises_nor_prints_a_traceback(command, rest, data, capsys, m
     assert code in set(ExitCode), (argv, code, err)
 
 
+@pytest.mark.hand_written_journal  # a line nested thousands deep, on purpose
 def test_runs_show_of_a_journal_nested_thousands_deep_is_not_a_traceback(
     run_journals_in_tmp, capsys
 ):

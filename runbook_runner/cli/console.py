@@ -15,6 +15,7 @@ from runbook_runner.cli import render
 from runbook_runner.errors import NeedsConfirmation
 from runbook_runner.runbook import Runbook
 from runbook_runner.safetext import visible_styled
+from runbook_runner.status import EXPLAINED, STOPPING, StepStatus
 
 if TYPE_CHECKING:
     from runbook_runner.events import Answer, ConfirmRequest, Event, RunReport
@@ -191,7 +192,7 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
             if not number:
                 number = [s.id for s in runbook.steps].index(event.step.id) + 1
             out.line(render.step_line(event.record, number, total, out.style))
-            if event.record.status == "planned":
+            if event.record.status == StepStatus.PLANNED:
                 for target in event.record.targets:
                     out.line(f"        acts on: {target}")
                 for command in event.record.commands:
@@ -229,7 +230,7 @@ def closing(
         )
     elif report.declined and confirmer.reboot_blocked:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        declined = next(r for r in report.steps if r.status == "declined")
+        declined = next(r for r in report.steps if r.status == StepStatus.DECLINED)
         for target in declined.targets:
             out.line(f"  because of: {target}")
         again = (
@@ -247,7 +248,7 @@ def closing(
         out.line(out.style(f"goal holds on {host}: reached {how}", "green", "bold"))
     else:
         out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
+        stopped = [r for r in report.steps if r.status in STOPPING]
         if stopped:
             out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}")
         hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]
@@ -318,10 +319,9 @@ def debrief(
         out.line(style(f"  It did not end where the expert would: {want}", "red", "bold"))
     out.line("  Rungs:")
     for record in report.steps:
-        if record.status == "skipped":
+        if record.status == StepStatus.SKIPPED:
             continue
-        shown = {"failed", "timed_out", "declined", "blocked"}
-        note = f"  ({record.message})" if record.status in shown else ""
+        note = f"  ({record.message})" if record.status in EXPLAINED else ""
         out.line(f"    {record.id:<24} {record.status}{note}"[:160])
     if report.ok:
         out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
@@ -347,8 +347,7 @@ def state_debrief(
     out.line(style("Debrief", "bold"))
     out.line("  Rungs:" if report.steps else "  Rungs: none ran")
     for record in report.steps:
-        shown = {"failed", "timed_out", "declined", "blocked"}
-        note = f"  ({record.message})" if record.status in shown else ""
+        note = f"  ({record.message})" if record.status in EXPLAINED else ""
         out.line(f"    {record.id:<24} {record.status}{note}"[:160])
     out.line("  What changed on the host:")
     for change in changes or ["nothing"]:

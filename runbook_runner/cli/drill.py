@@ -17,16 +17,14 @@ from runbook_runner import localfile
 from runbook_runner.cli import console
 from runbook_runner.cli.connecting import Connecting, Destination
 from runbook_runner.cli.host import RunSettings, load_named, run_on_host
-from runbook_runner.errors import RunbookRunnerError, UsageError
+from runbook_runner.errors import StateFileInvalid, UsageError
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
+from runbook_runner.journal import lines as journal_lines
 from runbook_runner.runbook import Runbook
+from runbook_runner.status import REFUSED
 
 if TYPE_CHECKING:
     from runbook_runner.events import RunReport
-
-
-class StateFileInvalid(RunbookRunnerError):
-    """A ``runbook test --state`` file that cannot be read or describes no host."""
 
 
 class DrillHooks:
@@ -85,7 +83,7 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
         started = drill.host.clock.now()
 
         def judge(report: RunReport, code: int) -> drills.Judgement:
-            said = " ".join(r.message for r in report.steps if r.status in {"blocked", "declined"})
+            said = " ".join(r.message for r in report.steps if r.status in REFUSED)
             # A run that ends with the goal not reached says what a human must do: its hints.
             said += "".join(
                 f" {r.message} {report.runbook.checks[r.name].hint}" for r in report.failing
@@ -107,8 +105,7 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
             judgement = judge(report, code)
             if hooks.journal is not None:
                 journal = journal_module.Journal(hooks.journal, hooks.journal_clock)
-                verdict: dict[str, Any] = dict(judgement.to_json())
-                journal.write("drill-end", **verdict)
+                journal.append(journal_lines.drill_end(judgement.to_json()))
                 journal.close()
             timeline = [(t - started, what, by) for t, what, by in drill.host.host.timeline]
             console.debrief(out, report, judgement, timeline)

@@ -368,7 +368,8 @@ def not_started_outcome(
     if journalled is not None:
         args, runbook, params = journalled
         try:
-            record["journal"] = str(journal_not_started(args, runbook, params, host, name))
+            journalled_at = journal_not_started(args, runbook, params, host, stop.signum)
+            record["journal"] = str(journalled_at)
         except JournalError as error:
             record["journal_error"] = str(error)
     return HostOutcome(
@@ -382,7 +383,7 @@ def not_started_outcome(
 
 
 def journal_not_started(
-    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, name: str
+    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, signum: int
 ) -> Path:
     return session.record_not_started(
         runbook,
@@ -391,5 +392,5 @@ def journal_not_started(
         cli_host.journal_folder(),
         operator=getpass.getuser(),
         dry_run=args.dry_run,
-        signal_name=name,
+        signum=signum,
     )

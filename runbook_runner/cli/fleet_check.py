@@ -104,7 +104,7 @@ def _check_one(
     record: dict[str, Any] = {"ok": code == ExitCode.OK}
     if want_record:
         record["state"] = render.state_json(runbook, observed.state)
-        record["checks"] = [cli_host.check_json(r, runbook) for r in observed.results]
+        record["checks"] = [render.check_json(r, runbook) for r in observed.results]
     elapsed = time.monotonic() - started
     if code == ExitCode.OK:
         return HostOutcome(host.name, summary.OK, code, "ok", elapsed, record)

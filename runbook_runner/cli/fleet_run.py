@@ -23,6 +23,7 @@ from runbook_runner.fleet import summary
 from runbook_runner.fleet.stop import HostStop, Stop
 from runbook_runner.fleet.summary import HostOutcome, printable
 from runbook_runner.runbook import Runbook
+from runbook_runner.status import STOPPING
 
 if TYPE_CHECKING:
     from runbook_runner.events import Answer, ConfirmRequest
@@ -281,7 +282,7 @@ def _run_one(
         "ok": report.ok,
         "reached_by": report.reached_by,
         "journal": journal_path,
-        "checks": [cli_host.check_json(r, report.runbook) for r in report.after.results]
+        "checks": [render.check_json(r, report.runbook) for r in report.after.results]
         if report.after
         else [],
         "steps": [r.to_json() for r in report.steps],
@@ -302,7 +303,7 @@ def _run_one(
     if report.ok:
         how = f"reached by {report.reached_by}" if report.reached_by else "held already"
         return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
-    stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
+    stopped = [r for r in report.steps if r.status in STOPPING]
     line = "goal NOT reached"
     if stopped:
         line += f" — step {stopped[-1].id} {stopped[-1].status.replace('_', ' ')}"

@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host
     from runbook_runner.cli.connecting import Connecting
     from runbook_runner.cli.drill import DrillHooks
     from runbook_runner.events import RunReport
-    from runbook_runner.expect import CheckResult
     from runbook_runner.transport import SshTransport
 
 
@@ -62,15 +61,6 @@ def load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]
     return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
 
 
-def check_json(result: CheckResult, runbook: Runbook) -> dict[str, Any]:
-    """A check's verdict for --json; a failing one carries its hint (what a human does)."""
-    document = result.to_json()
-    check = runbook.checks.get(result.name)
-    if not result.ok and check is not None and check.hint:
-        document["hint"] = check.hint
-    return document
-
-
 def _host_label(transport: SshTransport) -> str:
     user = transport.login_user or "?"
     return f"{transport.target.label} as {user}"
@@ -100,7 +90,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "ok": ok,
             "parameters": session.secret_free(runbook, params),
             "state": render.state_json(runbook, observed.state),
-            "checks": [check_json(r, runbook) for r in observed.results],
+            "checks": [render.check_json(r, runbook) for r in observed.results],
         }
         print(json.dumps(document, indent=2))
     code = outcomes.check_code(observed.results)
@@ -307,9 +297,7 @@ def run_on_host(
             return planview.print_plan(
                 out, runbook, params, looking, label, secret_free, settings
             ), None
-        marks: dict[str, Any] = {}
-        if drill is not None:  # a drill: its scenario, on simulated time
-            marks = {"drill": drill.scenario, "simulated_time": True}
+        approved: dict[str, Any] | None = None
         if settings.approved is not None:
             saved_plan.check_host(settings.approved, transport.target.label)
             out.line(
@@ -318,7 +306,7 @@ def run_on_host(
                 + (f", approved by {settings.approved_by}" if settings.approved_by else "")
                 + "): only its steps, on only its targets"
             )
-            marks["plan"] = {  # what was reviewed, and by whom
+            approved = {  # what was reviewed, and by whom
                 "file": settings.plan_file,
                 "sha256": settings.approved.sha256,
                 "approved_by": settings.approved_by,
@@ -345,7 +333,8 @@ def run_on_host(
                     path=settings.journal,
                     resume=resume,
                     clock=drill.journal_clock if drill is not None else None,
-                    marks=marks,
+                    drill=drill.scenario if drill is not None else None,
+                    plan=approved,
                 ),
                 getpass.getuser(),
                 lock=session.LockPolicy(settings.lock, settings.break_lock),
@@ -378,7 +367,7 @@ def run_on_host(
             "reached_by": report.reached_by,
             "parameters": session.secret_free(runbook, params),
             "state": render.state_json(runbook, after.state) if after else None,
-            "checks": [check_json(r, runbook) for r in after.results] if after else [],
+            "checks": [render.check_json(r, runbook) for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
         }
         if drill is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.status import STOPPING, StepStatus
 
 if TYPE_CHECKING:
     from runbook_runner.events import RunReport
@@ -38,8 +39,8 @@ def run_code(report: RunReport, *, dry_run: bool, reboot_blocked: bool) -> ExitC
         return ExitCode.GOAL_NOT_MET if reboot_blocked else ExitCode.DECLINED
     if dry_run or report.ok:
         return ExitCode.OK
-    stopped = [r for r in report.steps if r.status in {"failed", "timed_out", "unknown"}]
-    if stopped and stopped[-1].status == "timed_out":
+    stopped = [r for r in report.steps if r.status in STOPPING]
+    if stopped and stopped[-1].status == StepStatus.TIMED_OUT:
         return ExitCode.TIMED_OUT
     if report.after is not None and not stopped:
         # As `check` says it: the goal cannot be told (6) unless a check of it fails (1).
@@ -61,8 +62,12 @@ def failure(error: BaseException) -> Failure | None:
     The modules whose errors these are load here, on failure, so that a command that works
     never imports them."""
     from runbook_runner import journal
-    from runbook_runner.cli.drill import StateFileInvalid
-    from runbook_runner.errors import NeedsConfirmation, SshSetupError, TransportError
+    from runbook_runner.errors import (
+        NeedsConfirmation,
+        SshSetupError,
+        StateFileInvalid,
+        TransportError,
+    )
     from runbook_runner.format.catalog import UnknownRunbook
     from runbook_runner.format.expr import EvalError
     from runbook_runner.format.parameters import ParameterError

@@ -63,8 +63,6 @@ def document(
     allow_node_wide: bool,
     asked: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from runbook_runner.cli.host import check_json
-
     made_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return saved.document(
         plan,
@@ -75,7 +73,7 @@ def document(
         made_at=made_at,
         gates={"allow_reboot": allow_reboot, "allow_node_wide": allow_node_wide},
         state_json=render.state_json(runbook, state),
-        goal_json=[check_json(r, runbook) for r in plan.goal],
+        goal_json=[render.check_json(r, runbook) for r in plan.goal],
         asked=asked,
     )
 

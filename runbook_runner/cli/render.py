@@ -7,9 +7,13 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+from runbook_runner.journal.state import first_of
+from runbook_runner.journal.state import state_json as state_json  # --json prints it too
 from runbook_runner.observe.state import Memory, Unavailable
+from runbook_runner.plan.ownership import Disposition
 from runbook_runner.runbook import Runbook, Step, seconds_text
 from runbook_runner.safetext import own_sgr, visible
+from runbook_runner.status import StepStatus
 
 if TYPE_CHECKING:
     from runbook_runner.events import StepRecord, Waiting
@@ -210,14 +214,6 @@ def runbook_details(runbook: Runbook) -> str:
 # -- observed state, steps, checks -------------------------------------------------------
 
 
-def _first_of(runbook: Runbook, state: Mapping[str, Any], parser: str) -> Any:
-    parsers = {"gpus", "gpus-detail"} if parser == "gpus" else {parser}
-    for name, observation in runbook.observations.items():
-        if observation.parser in parsers and name in state:
-            return state[name]
-    return None
-
-
 def _mib(value: int | None) -> str:
     return "?" if value is None else f"{value:,}"
 
@@ -225,8 +221,8 @@ def _mib(value: int | None) -> str:
 def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
     """GPU | MEMORY USED / TOTAL | PROCESSES, then one line of host memory."""
     lines: list[str] = []
-    gpus = _first_of(runbook, state, "gpus")
-    processes = _first_of(runbook, state, "gpu-processes")
+    gpus = first_of(runbook, state, "gpus")
+    processes = first_of(runbook, state, "gpu-processes")
     if isinstance(gpus, Unavailable):
         lines.append(f"GPUs: unknown ({gpus.reason})")
     elif gpus is not None:
@@ -243,7 +239,7 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
             used = f"{_mib(gpu.memory_used_mib)} / {_mib(gpu.memory_total_mib)} MiB"
             rows.append((str(gpu.index), used, ", ".join(on_gpu) or "-"))
         lines.append(table(rows, ("GPU", "MEMORY USED / TOTAL", "PROCESSES")))
-    memory = _first_of(runbook, state, "free")
+    memory = first_of(runbook, state, "free")
     if isinstance(memory, Unavailable):
         lines.append(f"host memory: unknown ({memory.reason})")
     elif memory is not None:
@@ -252,13 +248,17 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_VERDICT = {"act": "acted on", "leave": "left alone", "cannot-tell": "cannot tell"}
+_VERDICT: dict[str, str] = {
+    Disposition.ACT: "acted on",
+    Disposition.LEAVE: "left alone",
+    Disposition.CANNOT_TELL: "cannot tell",
+}
 
 
 def owner_lines(runbook: Runbook, state: Mapping[str, Any]) -> list[str]:
     """Who holds what, one line per process: its owner class, what is done with it and why
     (the evidence), and the GPUs it holds. Host text is shown escaped."""
-    owners = _first_of(runbook, state, "process-owners")
+    owners = first_of(runbook, state, "process-owners")
     if isinstance(owners, Unavailable):
         return [f"who holds the GPUs: unknown ({owners.reason})"]
     if not isinstance(owners, tuple) or runbook.subject is None:
@@ -309,14 +309,14 @@ def check_lines(results: Sequence[CheckResult], runbook: Runbook, style: Style) 
 
 
 _STATUS_STYLE = {
-    "ok": ("ok", "green"),
-    "failed": ("FAILED", "red"),
-    "timed_out": ("TIMED OUT", "red"),
-    "skipped": ("skipped", "dim"),
-    "declined": ("declined", "yellow"),
-    "planned": ("planned", "cyan"),
-    "unknown": ("UNKNOWN", "yellow"),
-    "blocked": ("BLOCKED", "yellow"),
+    StepStatus.OK: ("ok", "green"),
+    StepStatus.FAILED: ("FAILED", "red"),
+    StepStatus.TIMED_OUT: ("TIMED OUT", "red"),
+    StepStatus.SKIPPED: ("skipped", "dim"),
+    StepStatus.DECLINED: ("declined", "yellow"),
+    StepStatus.PLANNED: ("planned", "cyan"),
+    StepStatus.UNKNOWN: ("UNKNOWN", "yellow"),
+    StepStatus.BLOCKED: ("BLOCKED", "yellow"),
 }
 
 
@@ -333,70 +333,10 @@ def wait_line(event: Waiting, width: int = 120) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def state_json(runbook: Runbook, state: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``state`` object of --json: gpus, gpu_processes, memory; null where unknown."""
-    gpus = _first_of(runbook, state, "gpus")
-    processes = _first_of(runbook, state, "gpu-processes")
-    memory = _first_of(runbook, state, "free")
-    return {
-        "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "memory_used_mib": g.memory_used_mib,
-                "memory_total_mib": g.memory_total_mib,
-            }
-            for g in gpus
-        ]
-        if isinstance(gpus, tuple)
-        else None,
-        "gpu_processes": [
-            {"pid": p.pid, "process_name": p.process_name, "used_memory_mib": p.used_memory_mib}
-            for p in processes
-        ]
-        if isinstance(processes, tuple)
-        else None,
-        "memory": {
-            "total_bytes": memory.total_bytes,
-            "used_bytes": memory.used_bytes,
-            "free_bytes": memory.free_bytes,
-            "available_bytes": memory.available_bytes,
-        }
-        if isinstance(memory, Memory)
-        else None,
-        "unavailable": {
-            name: value.reason for name, value in state.items() if isinstance(value, Unavailable)
-        },
-        **_holders_json(runbook, state),
-    }
-
-
-def _holders_json(runbook: Runbook, state: Mapping[str, Any]) -> dict[str, Any]:
-    """``holders``: each classified process once, with its GPUs, owner class, evidence and
-    verdict (only for a runbook with a subject)."""
-    owners = _first_of(runbook, state, "process-owners")
-    if runbook.subject is None or not isinstance(owners, tuple):
-        return {}
-    by_pid: dict[int, dict[str, Any]] = {}
-    for row in owners:
-        entry = by_pid.setdefault(
-            row.pid,
-            {
-                "pid": row.pid,
-                "ppid": row.ppid,
-                "user": row.user,
-                "state": row.stat,
-                "command": row.command,
-                "cgroup": row.cgroup,
-                "owner": row.owner,
-                "evidence": row.evidence,
-                "instance": row.instance,
-                "health": row.health,
-                "verdict": row.disposition,
-                "reason": row.reason,
-                "gpus": [],
-            },
-        )
-        if row.minor_number is not None:
-            entry["gpus"].append(row.minor_number)
-    return {"holders": list(by_pid.values())}
+def check_json(result: CheckResult, runbook: Runbook) -> dict[str, Any]:
+    """A check's verdict for --json; a failing one carries its hint (what a human does)."""
+    document = result.to_json()
+    check = runbook.checks.get(result.name)
+    if not result.ok and check is not None and check.hint:
+        document["hint"] = check.hint
+    return document

@@ -21,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-CHECK_STATUSES = ("ok", "failing", "cannot-tell")
+from runbook_runner.status import CheckStatus
+
+CHECK_STATUSES = tuple(CheckStatus)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.status import Word
 
 # The worst outcome over hosts decides the fleet's exit code, in this order (least bad first):
 # a host that was reached and answered beats one that was not; an operator's stop and an
@@ -31,21 +32,41 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.INTERRUPTED,
 )
 
-# Outcome kinds, as the summary and the JSON records name them: those of one host's exit codes
-# (cli/outcomes.py decides the code), plus "refused" (exit 3 too) and "not started".
-OK = "ok"
-FAILING = "failing"  # reached; a check of the goal fails
-CANNOT_TELL = "cannot tell"  # reached; no check fails, but one (or a step's trigger) cannot be told
-UNREACHABLE = "unreachable"  # connection refused, timed out, DNS, no SSH server
-REFUSED = "refused"  # authentication or host key refused
-NOT_STARTED = "not started"  # a rollout stopped before this host (--max-fail, a "no", a signal)
-DECLINED = "declined"
-LOCKED = "locked"
-INTERRUPTED = "interrupted"  # a signal ended the run on this host (the command ended there)
-TIMED_OUT = "timed out"  # a step's command ran out of time and the goal was not reached
-JOURNAL = "journal error"
-BAD_INPUT = "bad input"  # this host's own settings (a key file that cannot be read, ...)
-ERROR = "internal error"  # a bug in runbook-runner (exit 70)
+
+class HostKind(Word):
+    """What one host of a fleet came to, as the summary and the JSON records name it: the
+    kinds of one host's exit codes (cli/outcomes.py decides the code), plus "refused"
+    (exit 3 too) and "not started". (A fleet's words, with spaces: not a step's status.)"""
+
+    OK = "ok"
+    FAILING = "failing"  # reached; a check of the goal fails
+    CANNOT_TELL = "cannot tell"  # reached; no check fails, but one (or a trigger) cannot be told
+    UNREACHABLE = "unreachable"  # connection refused, timed out, DNS, no SSH server
+    REFUSED = "refused"  # authentication or host key refused
+    NOT_STARTED = "not started"  # a rollout stopped before this host (--max-fail, a "no", a signal)
+    DECLINED = "declined"
+    LOCKED = "locked"
+    INTERRUPTED = "interrupted"  # a signal ended the run on this host (the command ended there)
+    TIMED_OUT = "timed out"  # a step's command ran out of time and the goal was not reached
+    JOURNAL = "journal error"
+    BAD_INPUT = "bad input"  # this host's own settings (a key file that cannot be read, ...)
+    ERROR = "internal error"  # a bug in runbook-runner (exit 70)
+
+
+# The kinds by their short names, as the fleet's modules spell them (summary.OK, ...).
+OK = HostKind.OK
+FAILING = HostKind.FAILING
+CANNOT_TELL = HostKind.CANNOT_TELL
+UNREACHABLE = HostKind.UNREACHABLE
+REFUSED = HostKind.REFUSED
+NOT_STARTED = HostKind.NOT_STARTED
+DECLINED = HostKind.DECLINED
+LOCKED = HostKind.LOCKED
+INTERRUPTED = HostKind.INTERRUPTED
+TIMED_OUT = HostKind.TIMED_OUT
+JOURNAL = HostKind.JOURNAL
+BAD_INPUT = HostKind.BAD_INPUT
+ERROR = HostKind.ERROR
 
 PROGRESS_KINDS = (
     FAILING,
@@ -131,7 +152,7 @@ def checks_line(results: Sequence[tuple[str, str, bool]]) -> str:
         for name, message, cannot_tell in results:
             if cannot_tell == cannot:
                 by_message.setdefault(message, []).append(name)
-        status = "cannot tell" if cannot else "failing"
+        status = CANNOT_TELL if cannot else FAILING
         for message, names in by_message.items():
             if len(names) == 1:
                 who = names[0]

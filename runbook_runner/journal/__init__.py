@@ -16,12 +16,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.status import ConfirmAnswer, RunOutcome
 
-TAIL_BYTES = 4096  # of each command's stdout and stderr
+if TYPE_CHECKING:
+    from runbook_runner.journal.lines import Line
+
 # Tests only: the runner SIGKILLs itself right after writing this many events (a crash at a
 # chosen point of a run, to prove that a resume neither redoes nor skips anything).
 KILL_AFTER_ENV = "RUNBOOK_RUNNER_TEST_KILL_AFTER_EVENTS"
@@ -85,16 +88,18 @@ class Journal:
         os.truncate(self.path, keep)
         return raw[keep:].decode("utf-8", "replace")
 
-    def write(self, event: str, *, sync: bool = True, **fields: Any) -> None:
-        """Append one event. ``sync=False``: flushed to the OS (it survives this process
-        dying), fsynced by the next synced write or :meth:`close`; for lines whose loss in a
-        power cut costs at most repeating read-only work (an fsync is 1-10 ms a line)."""
-        record = {"t": utc(self.clock() if self.clock else None), "event": event, **fields}
-        line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+    def append(self, line: Line) -> None:
+        """Append one line (built by journal.lines). A line with ``sync=False`` is flushed
+        to the OS (it survives this process dying) and fsynced by the next synced line or
+        :meth:`close`: for lines whose loss in a power cut costs at most repeating read-only
+        work (an fsync is 1-10 ms a line)."""
+        event = line.event
+        record = {"t": utc(self.clock() if self.clock else None), "event": event, **line.fields}
+        text = json.dumps(record, default=str, ensure_ascii=False) + "\n"
         try:
-            self._file.write(line.encode("utf-8", "replace"))
+            self._file.write(text.encode("utf-8", "replace"))
             self._file.flush()
-            if sync:
+            if line.sync:
                 os.fsync(self._file.fileno())
         except OSError as error:
             raise JournalWriteError(
@@ -189,11 +194,11 @@ def summary(path: Path) -> dict[str, Any]:
 def _result(end: dict[str, Any]) -> str:
     """A run-end in words: a run the operator stopped is 'stopped', not 'goal not reached'."""
     outcome = end.get("outcome")
-    if outcome == "interrupted" or (outcome is None and end.get("interrupted")):
+    if outcome == RunOutcome.INTERRUPTED or (outcome is None and end.get("interrupted")):
         return f"interrupted ({end['signal']})" if end.get("signal") else "interrupted"
-    if outcome == "needs-confirmation":
+    if outcome == RunOutcome.NEEDS_CONFIRMATION:
         return "stopped: needs a confirmation on a terminal"
-    if outcome == "error":
+    if outcome == RunOutcome.ERROR:
         return f"stopped: {end.get('error', 'error')}"
     if end.get("ok"):
         return "ok"
@@ -234,7 +239,7 @@ def timeline(journal: JournalRead) -> list[tuple[str, str, str]]:
                     t,
                     str(event.get("step")),
                     f"{event.get('operator')} answered {event.get('answer')}"
-                    if event.get("answer") != "not asked"
+                    if event.get("answer") != ConfirmAnswer.NOT_ASKED
                     else f"not asked: {event.get('reason')}",
                 )
             )

@@ -22,9 +22,7 @@ from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.runbook import Runbook
-
-RESUMABLE_OUTCOMES = frozenset({"interrupted", "needs-confirmation", "error"})
-STOPPING = frozenset({"failed", "timed_out", "unknown"})
+from runbook_runner.status import RESUMABLE, STOPPING, ConfirmAnswer, RunOutcome, StepStatus
 
 
 class NotResumable(RunbookRunnerError):
@@ -67,9 +65,9 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
     ended_run = events[ends[-1]] if ends else None
     if ended_run is not None and ends[-1] > last_session:
         outcome = ended_run.get("outcome") or (
-            "interrupted" if ended_run.get("interrupted") else "finished"
+            RunOutcome.INTERRUPTED if ended_run.get("interrupted") else RunOutcome.FINISHED
         )
-        if outcome not in RESUMABLE_OUTCOMES:
+        if outcome not in RESUMABLE:
             result = "the goal holds" if ended_run.get("ok") else "the goal was not reached"
             raise NotResumable(
                 f"run {run} already finished at {ended_run.get('t', '?')} ({outcome}: {result}); "
@@ -83,13 +81,15 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
         kind = event.get("event")
         if kind == "step-start":
             started_at[str(event.get("id"))] = index
-        elif kind == "step-end" and event.get("status") != "planned":  # a dry run decides nothing
+        elif (
+            kind == "step-end" and event.get("status") != StepStatus.PLANNED
+        ):  # a dry run decides nothing
             step_id = str(event.get("id"))
             status = str(event.get("status"))
             ended[step_id] = status
             changed[step_id] = changed.get(step_id, ()) + _items(event.get("acted"))
             step = steps.get(step_id)
-            stops = status == "declined" or (
+            stops = status == StepStatus.DECLINED or (
                 status in STOPPING and step is not None and step.on_failure == "stop"
             )
             if stops:
@@ -105,7 +105,7 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
         confirmed = any(
             e.get("event") == "confirmation"
             and e.get("step") == step_id
-            and e.get("answer") == "yes"
+            and e.get("answer") == ConfirmAnswer.YES
             for e in events[index + 1 :]
         )
         # A destructive command is sent only after a confirmation is journalled; any other

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from runbook_runner.safetext import visible
+from runbook_runner.status import ConfirmAnswer
 
 WIDTH, GPU_HEIGHT, HOST_HEIGHT = 720, 220, 120
 LEFT, RIGHT, TOP, GAP, AXIS, LEGEND_ROW = 92, 16, 24, 40, 30, 16
@@ -94,7 +95,7 @@ def picture(
             if isinstance(available, int | float) and not isinstance(available, bool):
                 host = host or Series("host available", "GiB")
                 host.add(t, available / 2**30)
-        elif kind == "confirmation" and str(event.get("answer", "")).startswith("yes"):
+        elif kind == "confirmation" and str(event.get("answer", "")).startswith(ConfirmAnswer.YES):
             step = str(event.get("step", ""))
             if not any(a.step == step for a in actions):
                 label = step + (f" ({targets[step]})" if targets and targets.get(step) else "")

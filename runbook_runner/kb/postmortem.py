@@ -20,6 +20,7 @@ from typing import Any
 
 from runbook_runner.kb import chart
 from runbook_runner.safetext import visible
+from runbook_runner.status import CheckStatus, StepStatus
 
 TODO = "TODO"
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
@@ -202,7 +203,7 @@ def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
             def verdict(check: Mapping[str, Any] | None) -> str:
                 if not check:
                     return "–"
-                if check.get("ok") is None or check.get("status") == "unknown":
+                if check.get("ok") is None or check.get("status") == CheckStatus.CANNOT_TELL:
                     return "cannot tell"  # a check that could not be observed
                 return "ok" if check.get("ok") else "fails"
 
@@ -507,8 +508,8 @@ def draft(
     for e in events:
         if e.get("event") == "step-start":
             commands[str(e.get("id"))] = [str(c) for c in e.get("commands") or []]
-    ran = [e for e in ends if e.get("status") != "skipped"]
-    skipped = [e for e in ends if e.get("status") == "skipped"]
+    ran = [e for e in ends if e.get("status") != StepStatus.SKIPPED]
+    skipped = [e for e in ends if e.get("status") == StepStatus.SKIPPED]
     if ran:
         body += ["| Step | Status | Duration | Targets |", "|---|---|---|---|"]
         for e in ran:

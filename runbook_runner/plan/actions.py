@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.expect import CheckResult
 from runbook_runner.plan.identity import Target
-from runbook_runner.plan.words import Word
 from runbook_runner.runbook import Runbook, Step
+from runbook_runner.status import Word
 
 
 class Timing(Word):

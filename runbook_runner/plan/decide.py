@@ -24,8 +24,8 @@ from runbook_runner.expect import (
 )
 from runbook_runner.observe.state import Unavailable
 from runbook_runner.plan import permission
-from runbook_runner.plan.ownership import Word
 from runbook_runner.runbook import Runbook, Step, Subject
+from runbook_runner.status import RUNNER_CONDITIONS, CheckStatus, Condition, Word
 
 
 class Verdict(Word):
@@ -93,9 +93,9 @@ def decide(
     if step.fixes:
         fixing = evaluate_checks(step.fixes, runbook, state, params, changed)
         verdict = outcome(fixing)
-        if verdict == "ok":
+        if verdict == CheckStatus.OK:
             return Decision(Verdict.SKIP, "nothing to fix: " + ", ".join(step.fixes) + " hold")
-        if verdict == "cannot-tell":
+        if verdict == CheckStatus.CANNOT_TELL:
             return blocked(fixing)
     items: tuple[Any, ...] = ()
     if step.for_each_failing:
@@ -168,9 +168,9 @@ def how_to_fix(runbook: Runbook, state: Mapping[str, Any]) -> str:
     if not unavailable:
         return ""
     name, value = unavailable[0]
-    if value.condition == "not-found":
+    if value.condition == Condition.NOT_FOUND:
         return f" (fix: install the command {name} runs, or put it on the login's PATH)"
-    if value.condition in {"failed", "unparsable", "timed-out"}:
+    if value.condition in RUNNER_CONDITIONS:
         source = runbook.observations[name].source
         return f" (fix: make '{source}' work on the host; 'runbook check' shows what is observed)"
     return (

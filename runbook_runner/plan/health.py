@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runbook_runner.observe.state import ProcessOwner
-from runbook_runner.plan.words import Word
 from runbook_runner.runbook import Subject
+from runbook_runner.status import Word
 
 
 class Health(Word):

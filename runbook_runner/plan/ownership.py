@@ -41,8 +41,8 @@ from runbook_runner.plan.health import (
     judge_unit,
     unit_probes,
 )
-from runbook_runner.plan.words import Word
 from runbook_runner.runbook import Subject
+from runbook_runner.status import Word
 
 __all__ = [
     "Disposition",
