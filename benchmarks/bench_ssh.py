@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from sshd import start_test_host  # noqa: E402
 
+from runbook_runner.engine import Runner  # noqa: E402
 from runbook_runner.runbook import load  # noqa: E402
-from runbook_runner.runner import Runner  # noqa: E402
 
 TEN_STEPS = HERE / "ten-steps.yaml"
 CHECKED = REPO / "runbook_runner" / "runbooks" / "gpu-oom-recovery.yaml"

@@ -203,7 +203,7 @@ def run(request: RunRequest) -> RunOutcome:
 
 
 def _runner(request: RunRequest, recorder: Any) -> Any:
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     consent = request.consent
 

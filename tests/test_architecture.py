@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("transport",),  # I/O: one connection, commands as results
     ("local", "events"),  # this machine as a host; what a run reports as it goes
     ("journal",),  # the run's durable record, its schema and the resume plan
-    ("runner", "engine", "fleet", "kb", "simhost"),  # the engine; fleets; knowledge; sim
+    ("engine", "fleet", "kb", "simhost"),  # the engine; fleets; knowledge; sim
     ("session",),  # one run on one host: journal, lock, consent, run, release, outcome
     ("cli",),  # argv -> requests; prints outcomes; exit codes
     ("__main__",),
@@ -41,7 +41,6 @@ IO = {
     "transport",
     "local",
     "journal",
-    "runner",
     "engine",
     "session",
     "fleet",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from runbook_runner.engine import OBSERVE_IN_C_LOCALE, Runner
 from runbook_runner.runbook import load
-from runbook_runner.runner import OBSERVE_IN_C_LOCALE, Runner
 from runbook_runner.ssh import batch
 from runbook_runner.ssh.batch import BatchCommand
 

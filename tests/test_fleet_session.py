@@ -86,7 +86,7 @@ def run_end(events: list[dict]) -> dict:
 
 def crash_after_the_lock(monkeypatch, error: BaseException) -> list[bool]:
     """Runner.run raises ``error`` once the host lock is held; says whether it was held."""
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     held: list[bool] = []
 

@@ -577,7 +577,7 @@ def test_a_host_whose_checks_cannot_be_told_is_grouped_as_cannot_tell_on_one_sho
 def test_an_internal_error_exits_70_on_one_host_and_on_a_fleet(fleet, files, capsys, monkeypatch):
     """One error-to-exit table (cli/outcomes.py): a bug while checking is 70 on one host and
     the same 70 (outcome 'internal error') for each host of a fleet, not 6."""
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     def broken(self, when):
         raise ZeroDivisionError("injected")

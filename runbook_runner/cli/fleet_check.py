@@ -86,7 +86,7 @@ def _check_one(
     want_record: bool,
 ) -> HostOutcome:
     from runbook_runner.cli.outcomes import check_code
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     started = time.monotonic()
     if stop.stop.stopped:

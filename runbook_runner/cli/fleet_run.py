@@ -323,7 +323,7 @@ def _planned(
     """One host's plan (cli/planview.py): its line says what runs first and how the run
     would end; its record is the plan's JSON document."""
     from runbook_runner.cli import planview
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     allow_node_wide = getattr(args, "allow_node_wide", False)
     looking = Runner(runbook, params, transport, allow_node_wide=allow_node_wide)

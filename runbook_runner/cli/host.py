@@ -67,7 +67,7 @@ def _host_label(transport: SshTransport) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from runbook_runner.runner import Runner
+    from runbook_runner.engine import Runner
 
     began = time.monotonic()
     out = console.Output(args.json)
@@ -282,7 +282,7 @@ def run_on_host(
         out.line(f"{runbook.name} on {host}{mode}")
         if settings.dry_run:  # the plan: one look, nothing sent that changes anything
             from runbook_runner.cli import planview
-            from runbook_runner.runner import Runner
+            from runbook_runner.engine import Runner
 
             looking = Runner(
                 runbook,

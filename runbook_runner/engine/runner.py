@@ -2,76 +2,43 @@
 
 Data flows one way: the runbook and parameters come in, commands go out through
 a transport, their output is parsed into state and checked, and what happened
-goes to the ``on_event`` callback (the CLI, the journal) as it happens.
+goes to the ``on_event`` callback (the CLI, the journal) as it happens. Looking at the
+host is engine/observing.py's; waiting, engine/waiting.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from runbook_runner.errors import ConnectionLost, HostKeyChanged, ParseError, TransportError
+from runbook_runner.engine.observing import Transport
+from runbook_runner.engine.waiting import Waits
+from runbook_runner.errors import ConnectionLost
 from runbook_runner.events import (
     Answer,
     ConfirmRequest,
     Event,
-    Observed,
-    Reconnecting,
     RunReport,
     StepDone,
     StepRecord,
     StepStarting,
-    WaitEnd,
-    Waiting,
 )
 from runbook_runner.expect import (
-    CheckResult,
     all_ok,
     evaluate_check,
-    evaluate_checks,
 )
-from runbook_runner.format import expr
-from runbook_runner.format.template import Template
 from runbook_runner.journal.resume import ResumePlan
-from runbook_runner.observe import PARSERS
-from runbook_runner.observe.state import ProcessOwner, Unavailable
-from runbook_runner.plan import decide, identity, ownership, saved
-from runbook_runner.runbook import Expression, Runbook, Seconds, Step, Subject
-from runbook_runner.ssh.batch import BatchCommand
-from runbook_runner.status import NOT_EXECUTED, STOPPING, Condition, StepStatus
+from runbook_runner.plan import decide, identity, saved
+from runbook_runner.runbook import Runbook, Step
+from runbook_runner.status import NOT_EXECUTED, STOPPING, StepStatus
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
     from runbook_runner.transport import CommandResult
 
 
-class Transport(Protocol):
-    is_root: bool
-
-    def run(
-        self, command: str, timeout: float, *, output_limit: int = ..., as_root: bool = False
-    ) -> CommandResult: ...
-
-    def alive(self) -> bool: ...
-
-    def reconnect(self) -> object: ...
-
-
-REBOOT_GOES_DOWN_S = 120.0  # a reboot that has not dropped SSH by then did not happen
-REBOOT_COMES_BACK_S = 900.0  # default wait for SSH to answer again
-RECONNECT_FOR_S = 120.0  # how long a dropped connection is retried before the run stops
-# Observations are parsed: run them in the C locale (as Ansible does), so that `free` prints
-# "total used free" and numbers use a dot, whatever the host's or the login's language.
-# Inside the command text, so that it holds under `sudo -n sh -c` too (sudo resets the env).
-OBSERVE_IN_C_LOCALE = "export LC_ALL=C LANG=C LANGUAGE=C; "
-
-
-# -- the runner -----------------------------------------------------------------------------
-
-
-class Runner:
+class Runner(Waits):
     def __init__(
         self,
         runbook: Runbook,
@@ -105,164 +72,6 @@ class Runner:
         self.changed: dict[str, list[Mapping[str, Any]]] = {
             step: list(items) for step, items in (changed or {}).items()
         }
-
-    # -- observing and checking -----------------------------------------------------------
-
-    def render(
-        self, template: Template, item: Any = None, *, raw: bool = False, masked: bool = False
-    ) -> str:
-        """A command with its values quoted; ``raw`` leaves values as they are (local text);
-        ``masked`` shows secret parameters as '***' (for the terminal and the journal)."""
-
-        def lookup(name: str) -> Any:
-            if name.startswith("item."):
-                return getattr(item, name[5:])
-            return self.params[name]
-
-        if raw:
-            return template.fill(lookup)
-        secret = {name for name, p in self.runbook.parameters.items() if p.secret}
-        return template.render(lookup, mask=(lambda name: name in secret) if masked else None)
-
-    def seconds(self, value: Seconds) -> float:
-        """A duration: a number, or an expression over the parameters."""
-        if isinstance(value, Expression):
-            return float(expr.evaluate(value.tree, self.params.__getitem__))
-        return value
-
-    def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
-        wanted = list(self.runbook.observations) if names is None else list(names)
-        remote = [n for n in wanted if self.runbook.observations[n].command is not None]
-        run_many = getattr(self.transport, "run_many", None)
-        if run_many is None or len(remote) < 2:
-            state = {name: self._observe_one(name) for name in wanted}
-            return state
-        # One round trip for the set: the commands run together on the host.
-        commands = {name: self._command_of(name) for name in remote}
-        batch = [
-            BatchCommand(
-                OBSERVE_IN_C_LOCALE + commands[name],
-                self.runbook.observations[name].timeout,
-                as_root=self.runbook.observations[name].root,
-                alone=self.runbook.observations[name].alone,
-            )
-            for name in remote
-        ]
-        try:
-            results = run_many(batch)
-        except ConnectionLost as lost:  # observations only read: sending them again is safe
-            self._reconnect(None, lost)
-            results = run_many(batch)
-        by_name = dict(zip(remote, results, strict=True))
-        state = {
-            name: self._parsed(name, commands[name], by_name[name])
-            if name in by_name
-            else self._observe_one(name)
-            for name in wanted
-        }
-        return state
-
-    def _command_of(self, name: str) -> str:
-        command = self.runbook.observations[name].command
-        assert command is not None
-        return self.render(command)
-
-    def _observe_one(self, name: str) -> Any:
-        observation = self.runbook.observations[name]
-        parser = PARSERS[observation.parser]
-        if observation.text is not None:  # a parameter to parse, not a command to run
-            text = self.render(observation.text, raw=True)
-            try:
-                return parser.parse(text, 0, text)
-            except ParseError as error:
-                return Unavailable(str(error), Condition.UNPARSABLE)
-        command = self._command_of(name)
-        sent = OBSERVE_IN_C_LOCALE + command
-        try:
-            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
-        except ConnectionLost as lost:  # an observation only reads: sending it again is safe
-            self._reconnect(None, lost)
-            result = self.transport.run(sent, observation.timeout, as_root=observation.root)
-        return self._parsed(name, command, result)
-
-    def _parsed(self, name: str, command: str, result: CommandResult) -> Any:
-        """A command's result -> the parsed value, or Unavailable saying why not."""
-        observation = self.runbook.observations[name]
-        parser = PARSERS[observation.parser]
-        if result.timed_out:
-            return Unavailable(
-                f"{command!r} timed out after {observation.timeout:g}s", Condition.TIMED_OUT
-            )
-        status = result.exit_status if result.exit_status is not None else -1
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        if status == 127:
-            reason = f"{command!r} exited 127 (command not found)" + (
-                f": {detail[-1]}" if detail else ""
-            )
-            return Unavailable(reason, Condition.NOT_FOUND)
-        if status not in observation.ok_exit and parser.tool != "nvidia-smi":
-            reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
-            return Unavailable(reason)
-        try:
-            value = parser.parse(result.stdout, status, command)
-        except ParseError as error:
-            return Unavailable(str(error), getattr(error, "condition", Condition.UNPARSABLE))
-        if observation.parser == "process-owners" and self.subject is not None:
-            value = self._classify(self.subject, value)
-        return value
-
-    def _classify(
-        self, subject: Subject, records: tuple[ProcessOwner, ...]
-    ) -> tuple[ProcessOwner, ...]:
-        """Who owns each process, and whether the subject's instances are broken: their
-        health is asked on the host, one request per live instance."""
-        results = []
-        for probe in ownership.probes(subject, records):
-            try:
-                answer = self.transport.run(
-                    OBSERVE_IN_C_LOCALE + probe.command, subject.health_timeout_s + 10.0
-                )
-            except ConnectionLost:
-                results.append(
-                    ownership.ProbeResult(
-                        probe.instance,
-                        ownership.Health.CANNOT_TELL,
-                        "the connection dropped while asking",
-                    )
-                )
-                continue
-            status = None if answer.timed_out else answer.exit_status
-            results.append(ownership.judge_probe(probe, status, answer.stdout, answer.stderr))
-        restarts: dict[str, int] = {}
-        for unit_probe in ownership.unit_probes(subject, records):
-            try:
-                answer = self.transport.run(OBSERVE_IN_C_LOCALE + unit_probe.command, 30.0)
-            except ConnectionLost:
-                continue
-            count = ownership.judge_unit(answer.exit_status, answer.stdout)
-            if count is not None:
-                restarts[unit_probe.unit] = count
-        return ownership.classify(subject, records, results, restarts)
-
-    def observations_for(self, check_names: Iterable[str]) -> list[str]:
-        return self.runbook.observations_of(check_names)
-
-    def check(self, check_names: Sequence[str]) -> tuple[dict[str, Any], list[CheckResult]]:
-        state = self.observe(self.observations_for(check_names))
-        results = evaluate_checks(check_names, self.runbook, state, self.params, self.changed)
-        # Journalled as a "poll": the run's picture over time (a postmortem's chart) is drawn
-        # from these, between the "before" and "after" of the goal.
-        self.on_event(Observed("poll", state, tuple(results)))
-        return state, results
-
-    def check_goal(self, label: str) -> Observed:
-        state = self.observe()
-        results = evaluate_checks(self.runbook.goal, self.runbook, state, self.params, self.changed)
-        observed = Observed(label, state, tuple(results))
-        self.on_event(observed)
-        return observed
-
-    # -- running ------------------------------------------------------------------------------
 
     def run(
         self,
@@ -500,8 +309,6 @@ class Runner:
             targets=targets,
         )
 
-    # -- deciding whether a step runs ---------------------------------------------------------
-
     def trigger(self, step: Step) -> StepRecord | tuple[Any, ...]:
         """The items a step acts on (empty: it runs once), or why it does not run: one look
         at the host, then the pure decision (plan/decide.py)."""
@@ -562,135 +369,6 @@ class Runner:
         return decide.Decision(
             decide.Verdict.RUN, items=tuple(kept), left_alone=decision.left_alone + left
         )
-
-    def _reboot(
-        self,
-        step: Step,
-        sent: tuple[str, ...],
-        commands: tuple[str, ...],
-        record: Callable[..., StepRecord],
-    ) -> StepRecord:
-        """Send the reboot, see the host go down, reconnect when it is back, then wait as told."""
-        for command in sent:
-            with contextlib.suppress(ConnectionLost):  # the host went down under it: expected
-                self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
-        went_down = self.clock() + REBOOT_GOES_DOWN_S
-        while self.transport.alive():
-            if self.clock() > went_down:
-                return record(
-                    StepStatus.FAILED,
-                    f"the host did not go down within {REBOOT_GOES_DOWN_S:g}s of the reboot",
-                    commands=commands,
-                )
-            self.sleep(1.0)
-        limit = self.seconds(step.wait.timeout) if step.wait else REBOOT_COMES_BACK_S
-        back = self.clock() + limit
-        while True:
-            self.on_event(Reconnecting(step, self.clock() - (back - limit), limit))
-            try:
-                self.transport.reconnect()
-                break
-            except TransportError as error:
-                if isinstance(error, HostKeyChanged) or self.clock() > back:
-                    return record(
-                        StepStatus.FAILED, f"the host did not come back: {error}", commands=commands
-                    )
-                self.sleep(min(5.0, max(0.0, back - self.clock())))
-        if step.wait is not None:
-            ended = self._wait(step)
-            if not ended.reached:
-                return record(
-                    StepStatus.FAILED,
-                    f"back, but wait ended: {ended.reason}",
-                    commands=commands,
-                    wait=ended,
-                )
-        return record(StepStatus.OK, "the host rebooted and is back", commands=commands)
-
-    def _reconnect(self, step: Step | None, lost: ConnectionLost) -> None:
-        """Reconnect with a bounded backoff; give up (raising ``lost``) after RECONNECT_FOR_S."""
-        start = self.clock()
-        delay = 1.0
-        while True:
-            self.on_event(Reconnecting(step, self.clock() - start, RECONNECT_FOR_S))
-            try:
-                self.transport.reconnect()
-                return
-            except HostKeyChanged:
-                raise
-            except TransportError:
-                if self.clock() - start + delay > RECONNECT_FOR_S:
-                    raise lost from None
-                self.sleep(delay)
-                delay = min(delay * 2, 15.0)
-
-    def _outcome_unknown(
-        self,
-        step: Step,
-        commands: tuple[str, ...],
-        results: tuple[CommandResult, ...],
-        record: Callable[..., StepRecord],
-    ) -> StepRecord:
-        """The connection dropped mid-command: judge the step by its expected state, re-observed."""
-        lost = "the connection dropped while it ran; outcome unknown, not sent again"
-        if step.wait is None:
-            return record(StepStatus.UNKNOWN, lost, commands=commands, results=results)
-        ended = self._wait(step)
-        if ended.reached:
-            return record(
-                StepStatus.OK,
-                f"{lost}; its expected state was re-observed and holds",
-                commands=commands,
-                results=results,
-                wait=ended,
-            )
-        message = f"{lost}; wait ended: {ended.reason}"
-        return record(StepStatus.UNKNOWN, message, commands=commands, results=results, wait=ended)
-
-    def _wait(self, step: Step) -> WaitEnd:
-        """Poll the step's wait condition until it holds, its deadline passes, or waiting
-        cannot help: the failing figures have not moved for ``settle`` seconds and every
-        ``nothing_left`` check holds (nothing alive could still release them)."""
-        wait = step.wait
-        assert wait is not None
-        start = self.clock()
-        timeout, interval = self.seconds(wait.timeout), self.seconds(wait.interval)
-        settle = self.seconds(wait.settle) if wait.settle is not None else None
-        deadline = start + timeout
-        last: tuple[str, ...] | None = None
-        since = start
-        while True:
-            names = list(dict.fromkeys([*wait.until, *wait.nothing_left]))
-            _, results = self.check(names)
-            by_name = dict(zip(names, results, strict=True))
-            failing = tuple(by_name[n] for n in wait.until if not by_name[n].ok)
-            now = self.clock()
-            if not failing:
-                return WaitEnd("reached", f"reached after {now - start:.0f} s", now - start)
-            figures = tuple(r.message for r in failing)
-            if figures != last:
-                last, since = figures, now
-            self.on_event(Waiting(step, failing, now - start, timeout, now - since))
-            if settle is not None and now - since >= settle:
-                left = [by_name[n] for n in wait.nothing_left]
-                if all_ok(left):
-                    nothing = (
-                        ", nothing left (" + ", ".join(wait.nothing_left) + " hold)" if left else ""
-                    )
-                    return WaitEnd(
-                        "no-progress",
-                        f"no progress for {now - since:.0f} s{nothing}: " + "; ".join(figures),
-                        now - start,
-                        figures,
-                    )
-            if now >= deadline:
-                return WaitEnd(
-                    "deadline",
-                    f"deadline ({timeout:g} s), still: " + "; ".join(figures),
-                    now - start,
-                    figures,
-                )
-            self.sleep(min(interval, deadline - now))
 
 
 def _failure_message(result: CommandResult, step: Step) -> str:
