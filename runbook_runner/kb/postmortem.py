@@ -12,92 +12,17 @@ include (``--8<--``), an abbreviation or one of the site's ``{{ fig.* }}`` place
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runbook_runner.kb import chart
-from runbook_runner.safetext import visible
-from runbook_runner.status import CheckStatus, StepStatus
+from runbook_runner.kb.markdown import code, slug, targets, text, yaml_string
+from runbook_runner.kb.timeline import outcome, secs, state_tables, timeline
+from runbook_runner.status import StepStatus
 
 TODO = "TODO"
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
-
-
-def _flat(value: object) -> str:
-    """One line, with every control and format character (ESC, BEL, U+202E) shown as an
-    escape (``\\x1b``), never passed to the page."""
-    return visible(" ".join(str(value).split()), lines=False, tabs=False)
-
-
-def text(value: object, limit: int = 300) -> str:
-    """Host text as inert Markdown: one line, HTML-escaped, Markdown characters escaped."""
-    flat = _flat(value)
-    if len(flat) > limit:
-        flat = flat[: limit - 1] + "…"
-    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    flat = flat.replace('"', "&quot;")
-    return _MD_SPECIAL.sub(r"\\\1", flat)
-
-
-def code(value: object, limit: int = 300) -> str:
-    """Host text shown as code in a table cell: an HTML <code> element, every character inert."""
-    flat = _flat(value)
-    if len(flat) > limit:
-        flat = flat[: limit - 1] + "…"
-    escaped = (
-        flat.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("|", "&#124;")
-        .replace("`", "&#96;")
-        .replace("{", "&#123;")
-        .replace("}", "&#125;")
-        .replace("*", "&#42;")
-        .replace("_", "&#95;")
-        .replace("[", "&#91;")
-        .replace("]", "&#93;")
-        .replace("\\", "&#92;")
-    )
-    return f"<code>{escaped}</code>"
-
-
-def yaml_string(value: object) -> str:
-    """A YAML double-quoted scalar (JSON's escapes are YAML's), ASCII only, and plain: the
-    theme shows front matter and nav titles in places that may not escape HTML, so the
-    characters that could start markup are dropped there (the body shows the full text)."""
-    plain = " ".join(_UNSAFE.sub(" ", str(value)).split())
-    return json.dumps(plain, ensure_ascii=True)
-
-
-_UNSAFE = re.compile(
-    "[<>&`{}|\\\\\\[\\]\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]"
-)
-
-
-def slug(title: str) -> str:
-    words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return (words[:80].rstrip("-")) or "postmortem"
-
-
-_GPU_TARGET = re.compile(r"(?:--id|-i)[ =]([0-9][0-9,]*)\b")
-_PID_TARGET = re.compile(r"^\s*(?:sudo -n\s+)?kill\s+(?:-[A-Z0-9]+\s+)*([0-9 ]+)$")
-
-
-def targets(commands: Iterable[str]) -> str:
-    """The GPUs and PIDs a step's commands name, e.g. 'GPU 0, GPU 2' or 'PID 4101, PID 4120'."""
-    found: list[str] = []
-    for command in commands:
-        for match in _GPU_TARGET.finditer(command):
-            found += [f"GPU {n}" for n in match.group(1).split(",") if n]
-        pid = _PID_TARGET.match(command)
-        if pid:
-            found += [f"PID {n}" for n in pid.group(1).split()]
-    unique = list(dict.fromkeys(found))
-    return ", ".join(unique) if unique else "–"
 
 
 @dataclass(frozen=True)
@@ -115,228 +40,6 @@ def _first(events: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
 
 def _last(events: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
     return next((e for e in reversed(events) if e.get("event") == kind), {})
-
-
-def _outcome(end: Mapping[str, Any]) -> str:
-    if not end:
-        return "did not finish (no run-end in the journal)"
-    if end.get("ok"):
-        reached = end.get("reached_by")
-        return "goal holds" + (f" (reached by {reached})" if reached else "")
-    if end.get("declined"):
-        return "declined by the operator; goal not reached"
-    if end.get("interrupted"):
-        return "interrupted; goal not reached"
-    return "goal not reached"
-
-
-def _mib(value: object) -> str:
-    return f"{value:,} MiB" if isinstance(value, int) else "?"
-
-
-def _gib(value: object) -> str:
-    return f"{value / 2**30:,.1f} GiB" if isinstance(value, int | float) else "?"
-
-
-def _state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    b_state, a_state = before.get("state") or {}, after.get("state") or {}
-    out: list[str] = []
-    b_gpus = {g.get("index"): g for g in b_state.get("gpus") or [] if isinstance(g, Mapping)}
-    a_gpus = {g.get("index"): g for g in a_state.get("gpus") or [] if isinstance(g, Mapping)}
-    indices = sorted({*b_gpus, *a_gpus}, key=lambda i: (not isinstance(i, int), str(i)))
-    if indices:
-        out += ["| GPU | Used before | Used after | Total |", "|---|---|---|---|"]
-        for index in indices:
-            b, a = b_gpus.get(index, {}), a_gpus.get(index, {})
-            total = b.get("memory_total_mib", a.get("memory_total_mib"))
-            out.append(
-                f"| {text(index)} | {_mib(b.get('memory_used_mib'))} "
-                f"| {_mib(a.get('memory_used_mib'))} | {_mib(total)} |"
-            )
-        out.append("")
-    b_mem, a_mem = b_state.get("memory") or {}, a_state.get("memory") or {}
-    if b_mem or a_mem:
-        out += [
-            "| Host memory | Before | After |",
-            "|---|---|---|",
-            f"| total | {_gib(b_mem.get('total_bytes'))} | {_gib(a_mem.get('total_bytes'))} |",
-            f"| available | {_gib(b_mem.get('available_bytes'))} "
-            f"| {_gib(a_mem.get('available_bytes'))} |",
-            "",
-        ]
-    b_procs = [p for p in b_state.get("gpu_processes") or [] if isinstance(p, Mapping)]
-    a_procs = [p for p in a_state.get("gpu_processes") or [] if isinstance(p, Mapping)]
-    if b_procs or a_procs or "gpu_processes" in b_state:
-        out += [
-            f"GPU processes: {len(b_procs)} before, {len(a_procs)} after"
-            + (
-                " (" + ", ".join(f"PID {text(p.get('pid'))}" for p in a_procs[:8]) + ")"
-                if a_procs
-                else ""
-            )
-            + ".",
-            "",
-        ]
-    holders = [h for h in b_state.get("holders") or [] if isinstance(h, Mapping)]
-    if holders:
-        out += [
-            "Who held what when the run began (owner and verdict from the process's cgroup, "
-            "parent chain and command line; see the runbook's subject):",
-            "",
-            "| PID | Command | GPUs | Owner | Verdict | Why |",
-            "|---|---|---|---|---|---|",
-        ]
-        for holder in holders[:40]:
-            gpus = ", ".join(text(g) for g in holder.get("gpus") or []) or "–"
-            why = f"{holder.get('reason') or ''}; {holder.get('evidence') or ''}"
-            out.append(
-                f"| {text(holder.get('pid'))} | {code(holder.get('command'), 60)} | {gpus} "
-                f"| {text(holder.get('owner'))} | {text(holder.get('verdict'))} | {text(why)} |"
-            )
-        out.append("")
-    b_checks = {c.get("name"): c for c in before.get("checks") or [] if isinstance(c, Mapping)}
-    a_checks = {c.get("name"): c for c in after.get("checks") or [] if isinstance(c, Mapping)}
-    if b_checks or a_checks:
-        out += ["| Check | Before | After |", "|---|---|---|"]
-        for name in dict.fromkeys([*b_checks, *a_checks]):
-
-            def verdict(check: Mapping[str, Any] | None) -> str:
-                if not check:
-                    return "–"
-                if check.get("ok") is None or check.get("status") == CheckStatus.CANNOT_TELL:
-                    return "cannot tell"  # a check that could not be observed
-                return "ok" if check.get("ok") else "fails"
-
-            out.append(
-                f"| {code(name)} | {verdict(b_checks.get(name))} | {verdict(a_checks.get(name))} |"
-            )
-        out.append("")
-    return out or ["The journal has no observed state.", ""]
-
-
-def _timeline(events: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The timeline's rows (the caller writes the header: times are UTC, or simulated)."""
-    rows: list[tuple[str, str, str, str]] = []
-    waits: dict[str, list[Mapping[str, Any]]] = {}
-    started_commands: dict[str, list[str]] = {}
-    eventful: set[str] = set()  # steps with a prompt or a wait between their start and end
-    for event in events:
-        if event.get("event") == "wait":
-            waits.setdefault(str(event.get("step")), []).append(event)
-        if event.get("event") in {"wait", "confirmation"}:
-            eventful.add(str(event.get("step")))
-    for event in events:
-        kind, t = event.get("event"), str(event.get("t", ""))
-        step = str(event.get("id", event.get("step", "")))
-        if kind == "run-start":
-            rows.append(
-                (
-                    t,
-                    "–",
-                    f"run of {code(event.get('runbook'))} started by {text(event.get('operator'))}",
-                    f"host {code(event.get('host'))}",
-                )
-            )
-        elif kind == "observed" and event.get("label") in {"before", "after"}:
-            failing = [c for c in event.get("checks") or [] if not c.get("ok")]
-            data = "; ".join(f"{code(c.get('name'))} fails" for c in failing) or "goal holds"
-            rows.append((t, "–", f"state {text(event.get('label'))} observed", data))
-        elif kind == "step-start":
-            commands = [str(c) for c in event.get("commands") or []]
-            started_commands[step] = commands
-            if step in eventful:  # its own row, before the prompt and the waits
-                rows.append((t, code(step), "started" + _commands(commands), targets(commands)))
-        elif kind == "confirmation":
-            rows.append(
-                (
-                    t,
-                    code(step),
-                    f"{text(event.get('operator'))} answered {text(event.get('answer'))}",
-                    "",
-                )
-            )
-        elif kind == "command" and (
-            event.get("exit_status") not in (0, None) or event.get("timed_out")
-        ):
-            status = (
-                "timed out" if event.get("timed_out") else f"exit {text(event.get('exit_status'))}"
-            )
-            rows.append((t, code(step), f"{code(event.get('command'), 120)}: {status}", ""))
-        elif kind == "step-end":
-            polled = waits.get(step, [])
-            if polled:
-                last = polled[-1]
-                still = "; ".join(str(m) for m in last.get("failing") or [])
-                rows.append(
-                    (
-                        str(last.get("t", t)),
-                        code(step),
-                        f"waited {text(last.get('elapsed_s'))} s of {text(last.get('timeout_s'))} s",
-                        text(still, 200) if still else "",
-                    )
-                )
-            message = str(event.get("message") or "")
-            commands = [] if step in eventful else started_commands.get(step, [])
-            rows.append(
-                (
-                    t,
-                    code(step),
-                    text(event.get("status"))
-                    + f" after {text(event.get('duration_s'))} s"
-                    + _commands(commands),
-                    "; ".join(
-                        x
-                        for x in (targets(commands) if commands else "", text(message, 200))
-                        if x and x != "–"
-                    ),
-                )
-            )
-        elif kind == "resume":
-            rows.append((t, code(event.get("from_step")), "run resumed", ""))
-        elif kind == "run-end":
-            rows.append((t, "–", f"run ended: {text(_outcome(event))}", ""))
-    return [f"| {text(_clock(t))} | {s} | {e} | {d} |" for t, s, e, d in _fold_skipped(rows)]
-
-
-_SKIPPED = re.compile(r"^skipped after ")
-
-
-def _fold_skipped(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
-    """Consecutive skipped rungs as one row: 'skipped (nothing to do): a, b, c'."""
-    out: list[tuple[str, str, str, str]] = []
-    run: list[tuple[str, str, str, str]] = []
-
-    def flush() -> None:
-        if len(run) == 1:
-            out.append(run[0])
-        elif run:
-            names = ", ".join(step for _, step, _, _ in run)
-            out.append((run[0][0], "–", f"{len(run)} rungs skipped: {names}", "nothing to do"))
-        run.clear()
-
-    for row in rows:
-        if _SKIPPED.match(row[2]):
-            run.append(row)
-            continue
-        flush()
-        out.append(row)
-    flush()
-    return out
-
-
-def _clock(stamp: str) -> str:
-    """'2026-11-30T14:00:02.100Z' as '14:00:02.100' (the date is above the table)."""
-    match = re.fullmatch(r"\d{4}-\d\d-\d\dT(\d\d:\d\d:\d\d(?:\.\d+)?)Z?", stamp)
-    return match.group(1) if match else stamp
-
-
-def _commands(commands: Sequence[str]) -> str:
-    if not commands:
-        return ""
-    shown = ", ".join(code(c, 120) for c in commands[:4])
-    if len(commands) > 4:
-        shown += f" and {len(commands) - 4} more"
-    return f": {shown}"
 
 
 _RUN_ID_CLOCK = re.compile(r"^(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)\d\dZ")
@@ -358,10 +61,6 @@ def run_clock(start: Mapping[str, Any], today: str | None = None) -> tuple[str, 
     return started[:10], started[11:16]
 
 
-def _secs(value: object) -> str:
-    return f"{value:g}" if isinstance(value, int | float) else text(value)
-
-
 def _debrief(drill_end: Mapping[str, Any], scenario: Mapping[str, Any] | None) -> list[str]:
     """The drill's debrief, as the terminal showed it: wrong, done, expert, difference, time,
     lesson."""
@@ -370,7 +69,7 @@ def _debrief(drill_end: Mapping[str, Any], scenario: Mapping[str, Any] | None) -
     if scenario.get("wrong"):
         out.append(f"- **What was wrong:** {text(scenario['wrong'])}")
     timeline = [t for t in drill_end.get("timeline") or [] if isinstance(t, Mapping)]
-    done = ", ".join(f"{text(t.get('action'))} at \\+{_secs(t.get('at_s'))} s" for t in timeline)
+    done = ", ".join(f"{text(t.get('action'))} at \\+{secs(t.get('at_s'))} s" for t in timeline)
     out.append(f"- **What the run did:** {done or 'nothing to the host (it only looked)'}")
     expert = ", ".join(text(a) for a in drill_end.get("expert") or [])
     said = text(scenario["expert"]) if scenario.get("expert") else ""
@@ -445,7 +144,7 @@ def draft(
         f"hosts: [{yaml_string(host)}]",
         f"started: {yaml_string(started + sim)}",
         f"ended: {yaml_string(str(end.get('t', 'did not finish')) + (sim if end else ''))}",
-        f"outcome: {yaml_string(_outcome(end))}",
+        f"outcome: {yaml_string(outcome(end))}",
         f"run: {yaml_string(run)}",
     ]
     if linked:
@@ -500,7 +199,7 @@ def draft(
         "",
         "## Resolution",
         "",
-        f"The runbook {runbook_ref} ran on {code(host)}: {text(_outcome(end))}.",
+        f"The runbook {runbook_ref} ran on {code(host)}: {text(outcome(end))}.",
         "",
     ]
     ends = [e for e in events if e.get("event") == "step-end"]
@@ -549,14 +248,14 @@ def draft(
     body += [
         "## State before and after",
         "",
-        *_state_tables(_first_labelled(events, "before"), _last_labelled(events, "after")),
+        *state_tables(_first_labelled(events, "before"), _last_labelled(events, "after")),
         "## Timeline",
         "",
         timeline_head,
         "",
         "| Time | Step | Event | Data |",
         "|---|---|---|---|",
-        *_timeline(events),
+        *timeline(events),
         "",
         "## Action items",
         "",
