@@ -182,8 +182,9 @@ def _point_at_simulated_host(args: argparse.Namespace, drill: Any) -> None:
     # The drill's ssh config is empty and every option is given: nothing for OpenSSH to
     # resolve, and a drill starts no program on this machine.
     args.ssh_client = None
+    # The host lock is taken on the simulated host (in its folder), as a real run takes it.
     args.lock, args.journal, args.resume, args.break_lock, args.force = (
-        False,
+        True,
         None,
         None,
         False,

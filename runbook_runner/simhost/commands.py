@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import DAEMON_PID, SHM_DIR, SimHost, SimProcess, uid_of
+from runbook_runner.simhost.model import (
+    DAEMON_PID,
+    EPOCH,
+    SHM_DIR,
+    SimHost,
+    SimProcess,
+    uid_of,
+)
 
 
 class ProcessTable(Protocol):
@@ -44,6 +51,7 @@ class Env:
     # The GPU services' processes exist only in the drill's process table; the tests'
     # stand-ins run beside real processes, where their simulated PIDs would be someone's.
     daemons_hold_devices: bool = True
+    lc_all: str | None = None  # the caller's LC_ALL; None: this process's environment
 
     def out(self, text: str) -> None:
         self.stdout.append(text)
@@ -156,7 +164,8 @@ def free(env: Env, args: list[str]) -> int:
     for letter, value in (("b", 1), ("k", 1024), ("m", 1024**2), ("g", 1024**3)):
         if letter in flags:
             divisor = value
-    language = (os.environ.get("LC_ALL") or host.locale)[:2] if host.locale else "C"
+    lc_all = os.environ.get("LC_ALL") if env.lc_all is None else env.lc_all
+    language = (lc_all or host.locale)[:2] if host.locale else "C"
     env.out(render.free(host, divisor, human="h" in flags or "--human" in args, language=language))
     return 0
 
@@ -472,9 +481,6 @@ def stat_(env: Env, args: list[str]) -> int:
             text = text.replace(key, value)
         env.out(text + "\n")
     return status
-
-
-EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
 
 
 def date(env: Env, args: list[str]) -> int:

@@ -11,7 +11,6 @@ import contextlib
 import selectors
 import socket
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,18 +21,8 @@ from runbook_runner.simhost.sshserver import DrillHost
 
 
 class FleetHost(DrillHost):
-    """A drill host that also closes each channel after the exit status, as sshd does:
-    OpenSSH's client (under clush) waits for that close; paramiko's does not need it."""
-
-    CLOSE_AFTER_S = 0.05  # after the exec request's reply, which paramiko sends on return
-
-    def respond(
-        self, channel: paramiko.Channel, transport: paramiko.Transport, command: str
-    ) -> None:
-        super().respond(channel, transport, command)
-        time.sleep(self.CLOSE_AFTER_S)
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-            channel.close()
+    """A drill host of a fleet (each channel is closed after its exit status, as sshd does,
+    which OpenSSH's client under clush waits for: every simulated host does so now)."""
 
 
 class SimFleet:

@@ -10,6 +10,7 @@ from typing import Any
 
 GIB = 1024**3
 SHM_DIR = "/dev/shm"  # noqa: S108 -- a simulated folder: no file is ever made there
+EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 

@@ -1,0 +1,265 @@
+"""The simulated host's shell: a real POSIX shell with the stand-ins first on PATH.
+
+A simulated host is a folder::
+
+    bin/        the stand-ins (nvidia-smi, ps, kill, sleep, ...): small wrappers that ask
+                the host's stand-in server (standin.sock) to answer; cat, stat and rm
+                answer themselves for every path but the simulated ones
+    shm/        what the host's /dev/shm holds: one sparse file per simulated segment
+    lock/       $RUNBOOK_LOCK_DIR: where the runner's host lock is taken
+    home/ tmp/  $HOME and $TMPDIR
+    calls.log   every stand-in call, one JSON line each
+    state.json  the model after the last call
+
+Each command runs as ``bash -c COMMAND`` (POSIX sh where there is no bash), unchanged.
+Where the kernel allows it (root, or unprivileged user namespaces), it runs in new user,
+mount, PID and network namespaces: ``shm/`` is bound over /dev/shm, the shell can signal
+no process of the machine, reach no network, and a reboot(2) or module load reaches
+nothing outside (the stand-ins' socket is a file, so it still answers).
+``kill`` is the stand-in, not the shell's builtin (``enable -n kill`` from $BASH_ENV),
+so that a signal reaches the simulated process table and nothing else.
+
+No I/O at import; the folder is written by :func:`prepare`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from runbook_runner.simhost.model import EPOCH, SHM_DIR, SimHost
+
+PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CLIENT = Path(__file__).with_name("standin_client.py")
+# Answered by the stand-in server for every call.
+SERVED = (
+    "nvidia-smi",
+    "free",
+    "dmesg",
+    "df",
+    "pkill",
+    "pgrep",
+    "fuser",
+    "systemctl",
+    "lsmod",
+    "rmmod",
+    "modprobe",
+    "reboot",
+    "shutdown",
+    "date",
+    "curl",
+    "ps",
+    "journalctl",
+    "kill",
+    "sleep",
+)
+# Answered by the stand-in server only for the simulated paths; the real tool otherwise.
+PATHS_ONLY = ("cat", "stat", "rm")
+
+
+@dataclass(frozen=True)
+class HostShell:
+    """Where one simulated host lives, and how its commands are started."""
+
+    folder: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / "standin.sock"
+
+    @property
+    def calls_log(self) -> Path:
+        return self.folder / "calls.log"
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.folder / "lock"
+
+    @property
+    def shm_dir(self) -> Path:
+        return self.folder / "shm"
+
+    def env(self) -> dict[str, str]:
+        """The environment of every command: as a login on the host would have it."""
+        return {
+            "PATH": f"{self.folder / 'bin'}:{PATH_TAIL}",
+            "HOME": str(self.folder / "home"),
+            "TMPDIR": str(self.folder / "tmp"),
+            "USER": "root",
+            "LOGNAME": "root",
+            "SHELL": "/bin/sh",
+            "BASH_ENV": str(self.folder / "bashenv"),
+            "RBR_SIM_SOCKET": str(self.socket),
+            "RBR_SIM_SHM": str(self.shm_dir),
+            "RUNBOOK_LOCK_DIR": str(self.lock_dir),
+        }
+
+    def argv(self, command: str) -> list[str]:
+        """What runs ``command`` on the simulated host (a plain sh, as sshd would start it)."""
+        shell = _shell()
+        if not isolation():
+            return [shell, "-c", command]
+        inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; exec {shell} -c "$1"'
+        return [*_UNSHARE, "/bin/sh", "-c", inner, "rbr-sim", command]
+
+    def run_local(self, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        """Run one command as the host would, here, without SSH (for tests and ``sim``)."""
+        return subprocess.run(
+            self.argv(command),
+            env=self.env(),
+            input=stdin,
+            capture_output=True,
+            cwd=self.folder / "home",
+            check=False,
+            start_new_session=True,
+        )
+
+
+_UNSHARE_BASE = ["--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
+_UNSHARE = ["unshare", "--user", "--map-root-user", *_UNSHARE_BASE, "--"]
+
+
+@functools.cache
+def _shell() -> str:
+    return shutil.which("bash", path=PATH_TAIL) or "/bin/sh"
+
+
+@functools.cache
+def isolation() -> bool:
+    """Whether commands can run in their own namespaces here (/dev/shm bound, no signal
+    reaching out). Without them the shell still runs, and /dev/shm looks empty."""
+    if shutil.which("unshare", path=PATH_TAIL) is None:
+        return False
+    try:
+        probe = subprocess.run(
+            [*_UNSHARE, "/bin/sh", "-c", f"mount --bind /proc {SHM_DIR} && echo ok"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and probe.stdout == b"ok\n"
+
+
+@functools.cache
+def _compiled_client() -> Path | None:
+    """standin_client.c built once per version (a cache folder of the user's), or None
+    without a C compiler: then each stand-in call starts Python (tens of milliseconds)."""
+    source = CLIENT.with_suffix(".c")
+    compiler = shutil.which("cc", path=PATH_TAIL) or shutil.which("gcc", path=PATH_TAIL)
+    if compiler is None or not source.is_file():
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runbook-runner"
+    binary = cache / f"standin-{digest}"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as scratch:
+            built = Path(scratch) / "standin"
+            made = subprocess.run(
+                [compiler, "-O2", "-o", str(built), str(source)],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            if made.returncode != 0:
+                return None
+            built.replace(binary)  # atomic: another process may be building the same
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return binary
+
+
+def _client(name: str, python: str) -> str:
+    binary = _compiled_client()
+    if binary is not None:
+        return f"{shlex.quote(str(binary))} {name}"
+    return f"{shlex.quote(python)} -S -I -B {shlex.quote(str(CLIENT))} {name}"
+
+
+def _wrapper(name: str, python: str) -> str:
+    return f'#!/bin/sh\nexec {_client(name, python)} "$@"\n'
+
+
+def _paths_wrapper(name: str, python: str, patterns: list[str]) -> str:
+    """cat, stat, rm: the stand-in for a simulated path, the real tool for any other."""
+    real = shutil.which(name, path=PATH_TAIL) or f"/bin/{name}"
+    cases = "|".join(patterns)
+    return (
+        f'#!/bin/sh\nfor a do case $a in {cases}) exec {_client(name, python)} "$@";; esac; done\n'
+        f'exec {shlex.quote(real)} "$@"\n'
+    )
+
+
+def _missing(name: str) -> str:
+    return f'#!/bin/sh\necho "sh: 1: {name}: not found" >&2\nexit 127\n'
+
+
+def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
+    """Write the host's folder: stand-ins, /dev/shm, the lock folder, home and tmp."""
+    shell = HostShell(folder)
+    for sub in ("bin", "shm", "lock", "home", "tmp"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    bin_dir = folder / "bin"
+    for name in SERVED:
+        text = _missing(name) if name in host.missing_commands else _wrapper(name, python)
+        _write_executable(bin_dir / name, text)
+    shm = [f"{SHM_DIR}/*"]
+    for name, patterns in (
+        ("cat", ["/proc/meminfo", *(shlex.quote(p) for p in sorted(host.files))]),
+        ("stat", shm),
+        ("rm", shm),
+    ):
+        _write_executable(bin_dir / name, _paths_wrapper(name, python, patterns))
+    # sudo: the command, as root (the simulated host's login is root already).
+    _write_executable(
+        bin_dir / "sudo",
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in -u|-g|-p|-C) shift 2;; --) shift; break;;"
+        ' -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] || { echo "usage: sudo -n COMMAND" >&2;'
+        ' exit 1; }\nexec "$@"\n',
+    )
+    # sh: the same shell as the login, with the same builtins turned off
+    _write_executable(bin_dir / "sh", f'#!/bin/sh\nexec {shlex.quote(_shell())} "$@"\n')
+    (folder / "bashenv").write_text("enable -n kill 2>/dev/null\n")
+    sync_shm(shell, host)
+    return shell
+
+
+def _write_executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def sync_shm(shell: HostShell, host: SimHost) -> None:
+    """Make shm/ hold one sparse file per simulated segment, with its size and age; remove
+    the files of segments that are gone (files the host's own commands made stay)."""
+    known = shell.folder / "shm.names"
+    before = set(json.loads(known.read_text())) if known.exists() else set()
+    now = {segment.name for segment in host.shm}
+    for name in before - now:
+        (shell.shm_dir / name).unlink(missing_ok=True)
+    for segment in host.shm:
+        path = shell.shm_dir / segment.name
+        if "/" in segment.name or segment.name in {"", ".", ".."}:
+            continue  # never a path outside the folder
+        with path.open("ab") as handle:
+            handle.truncate(segment.size_bytes)
+        stamp = EPOCH + segment.mtime
+        os.utime(path, (stamp, stamp))
+    known.write_text(json.dumps(sorted(now)))
