@@ -497,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="let a node-wide step run while processes that are not the subject's use the node",
     )
     _add_value_options(test)
+    from runbook_runner.cli import sim
+
+    sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES)
     return parser
 
 

@@ -115,29 +115,33 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's."""
-    from runbook_runner.simhost.statefile import StateFileError, host_from_state
-
     args.yes = True  # the host is simulated: nothing to ask about
     load_named(args)
     if args.state is None:
         args.scenario = args.scenario or "oom-crash"
         return cmd_drill(args)
+    host = state_from_file(args.state)
+    args.scenario = Path(args.state).name
+    return _simulate(args, "Test", host)
+
+
+def state_from_file(name: str) -> Any:
+    """The simulated host a ``--state`` file describes (a SimHost), or StateFileInvalid."""
     from runbook_runner.format.yamlsource import DocumentError, load_data
+    from runbook_runner.simhost.statefile import StateFileError, host_from_state
 
     try:
-        text = localfile.read_text(Path(args.state), localfile.CONFIG_LIMIT)
-        data = load_data(text, f"--state {args.state}")
-        host = host_from_state(data)
+        text = localfile.read_text(Path(name), localfile.CONFIG_LIMIT)
+        data = load_data(text, f"--state {name}")
+        return host_from_state(data)
     except OSError as error:
-        raise StateFileInvalid(f"--state {args.state}: {error.strerror}") from None
+        raise StateFileInvalid(f"--state {name}: {error.strerror}") from None
     except UnicodeDecodeError as error:
-        raise StateFileInvalid(f"--state {args.state}: not UTF-8 text ({error.reason})") from None
+        raise StateFileInvalid(f"--state {name}: not UTF-8 text ({error.reason})") from None
     except DocumentError as error:
         raise StateFileInvalid(str(error)) from None
     except StateFileError as error:
-        raise StateFileInvalid(f"--state {args.state}: {error}") from None
-    args.scenario = Path(args.state).name
-    return _simulate(args, "Test", host)
+        raise StateFileInvalid(f"--state {name}: {error}") from None
 
 
 def _simulate(args: argparse.Namespace, label: str, state: Any) -> int:

@@ -2,7 +2,8 @@
 
 Each host has its own host key and its own state (a :class:`DrillHost`); one client key
 is accepted by all, as an operator's key would be. One thread accepts on every port.
-Used by the fleet benchmark and tests; nothing here touches the machine it runs on.
+Used by ``runbook sim``, the fleet benchmark and tests. Each host's commands run in a real
+shell in the host's own folder (hostshell.py), with its stand-ins first on PATH.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import paramiko
 
 from runbook_runner.simhost.model import SimHost, eight_gpu_server
+from runbook_runner.simhost.simulated import SimClock
 from runbook_runner.simhost.sshserver import DrillHost
 
 
@@ -27,14 +29,21 @@ class FleetHost(DrillHost):
 
 class SimFleet:
     def __init__(
-        self, count: int, state: Callable[[int], SimHost] = lambda index: eight_gpu_server()
+        self,
+        count: int,
+        state: Callable[[int], SimHost] = lambda index: eight_gpu_server(),
+        clock: Callable[[], SimClock] = SimClock,
+        folder: Path | None = None,
     ) -> None:
+        """``folder``: where each host's folder goes (``host1``, ...); a temporary one each
+        by default. ``clock``: each host's simulated time (SimClock: only when waited)."""
         self.client_key = paramiko.ECDSAKey.generate()
         self.hosts: list[FleetHost] = []
         self._selector = selectors.DefaultSelector()
         self._closed = threading.Event()
         for index in range(count):
-            host = FleetHost(state(index))
+            home = folder / f"host{index + 1}" if folder is not None else None
+            host = FleetHost(state(index), clock=clock(), folder=home)
             host.client_key = self.client_key
             listener = socket.create_server(("127.0.0.1", 0), backlog=128)
             listener.setblocking(False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -33,6 +34,11 @@ from runbook_runner.simhost.commands import Env
 from runbook_runner.simhost.model import SimHost
 from runbook_runner.simhost.simulated import SimClock, SimProcesses
 from runbook_runner.simhost.utilities import SERVED
+
+# The server side's own log: a client that drops its connection is no news to print.
+LOG_CHANNEL = "runbook_runner.simhost.sshd"
+logging.getLogger(LOG_CHANNEL).addHandler(logging.NullHandler())
+logging.getLogger(LOG_CHANNEL).propagate = False
 
 BOOT_S = 90.0  # simulated seconds a reboot keeps the host away
 EXEC_REPLY_S = 0.05  # paramiko replies to the exec request after our check returns
@@ -102,6 +108,16 @@ class DrillHost:
             hostshell.sync_shm(self.shell, self.host)
             self.host.save(self.shell.state_file)
             return Answer("".join(env.stdout), "".join(env.stderr), status)
+
+    def restore(self, host: SimHost, now: float) -> None:
+        """Put the host back in a given state at a given simulated time (tests compare two
+        runs of one command from the same start)."""
+        with self._lock:
+            self.host = host
+            self.processes.host = host
+            self.clock.set(now)
+            self.down_until = None
+            hostshell.sync_shm(self.shell, host)
 
     def _log(self, argv: list[str]) -> None:
         with self.shell.calls_log.open("a") as log:
@@ -173,6 +189,7 @@ class DrillHost:
     def _serve(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms a reply
         transport = paramiko.Transport(sock)
+        transport.set_log_channel(LOG_CHANNEL)
         transport.add_server_key(self.host_key)
         self._transports.append(transport)
         try:

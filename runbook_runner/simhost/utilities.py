@@ -2,7 +2,8 @@
 
 ``sleep`` moves the simulated clock instead of waiting, ``kill`` signals the simulated
 process table (a PID outside it is "No such process", never a process of the machine),
-and ``cat`` prints /proc/meminfo and the files a state file gives. The shell itself is
+and ``cat`` prints /proc/meminfo and the files a state file gives; ``rm`` and ``stat``
+answer for /dev/shm (commands.py). The shell itself is
 a real one (hostshell.py); these answer one call each.
 """
 
@@ -13,7 +14,7 @@ import signal
 from collections.abc import Callable
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.commands import COMMANDS, Env
+from runbook_runner.simhost.commands import COMMANDS, Env, rm
 
 Command = Callable[[Env, list[str]], int]
 
@@ -93,4 +94,4 @@ def cat(env: Env, args: list[str]) -> int:
     return status
 
 
-SERVED: dict[str, Command] = {**COMMANDS, "sleep": sleep, "kill": kill, "cat": cat}
+SERVED: dict[str, Command] = {**COMMANDS, "sleep": sleep, "kill": kill, "cat": cat, "rm": rm}
