@@ -188,3 +188,61 @@ def test_sim_refuses_an_unknown_scenario_and_a_bad_state_file(tmp_path):
         assert done.returncode == ExitCode.BAD_INPUT, (argv, done.stderr)
         assert "Traceback" not in done.stderr
         assert done.stderr.strip()
+
+
+# -- a state file describes what a runbook can observe ---------------------------------------
+
+STATE = """
+processes:
+  - {pid: 4100, cmdline: "python3 -m sglang.launch_server --port 30000", user: svc,
+     unit: sglang.service, environ: {CUDA_VISIBLE_DEVICES: "0,1"}}
+  - {pid: 4123, cmdline: "sglang::scheduler_TP0", ppid: 4100, pgid: 4100, sid: 4100,
+     user: svc, unit: sglang.service, state: D, gpu_mib: {0: 90112}}
+services:
+  - {name: sglang, main_pid: 4100}
+shm:
+  - {path: /dev/shm/sglang_hicache_0, size: 40 GiB, owner: svc, age_s: 900, holder: 4100}
+  - {name: leftover, size: 1 MiB, age_s: 30}
+kernel_messages: ["NVRM: Xid (PCI:0000:18:00): 79, pid=4123, GPU has fallen off the bus."]
+"""
+
+
+def test_a_state_file_gives_shm_units_processes_and_their_environment(tmp_path):
+    import yaml
+
+    from runbook_runner.simhost.sshserver import DrillHost
+    from runbook_runner.simhost.statefile import host_from_state
+
+    simulated = DrillHost(host_from_state(yaml.safe_load(STATE)))
+    try:
+
+        def run(command: str) -> str:
+            done = simulated.run_local(command)
+            assert done.returncode == 0, done.stderr
+            return done.stdout.decode()
+
+        listing = run(
+            'for f in /dev/shm/*; do if fuser -s "$f"; then h=held; else h=free; fi;'
+            ' stat -c "%s %U %Y $h %n" "$f"; done'
+        )
+        assert listing.splitlines() == [
+            "1048576 root 1796000970 free /dev/shm/leftover",
+            "42949672960 svc 1796000100 held /dev/shm/sglang_hicache_0",
+        ]
+        table = run("ps -o pid=,pgid=,sid=,stat=,cgroup= -p 4123 | grep 4123")
+        assert table.split()[:4] == ["4123", "4100", "4100", "D"]
+        assert "/system.slice/sglang.service" in table
+        assert run("cat /proc/4100/environ | tr '\\0' '\\n'") == "CUDA_VISIBLE_DEVICES=0,1\n"
+        assert run("systemctl show -p MainPID sglang") == "MainPID=4100\n"
+        assert "79, pid=4123" in run("dmesg")
+    finally:
+        simulated.stop()
+
+
+def test_a_state_file_refuses_a_shm_file_outside_dev_shm_and_an_unknown_state():
+    from runbook_runner.simhost.statefile import StateFileError, host_from_state
+
+    with pytest.raises(StateFileError, match=r"shm\[0\]\.path"):
+        host_from_state({"shm": [{"path": "/etc/passwd", "size": 1}]})
+    with pytest.raises(StateFileError, match=r"processes\[0\]\.state"):
+        host_from_state({"processes": [{"pid": 1, "cmdline": "x", "state": "Q"}]})

@@ -254,6 +254,7 @@ def ps(env: Env, args: list[str]) -> int:
             state, wchan = table.state(p.pid), table.wchan(p.pid)
             found = _row(p.pid, p.ppid, p.user, state, wchan, p.cmdline, p.cgroup_path())
             found["etimes"] = str(max(0, int(host.now - p.born)))
+            found["pgid"], found["sid"] = str(p.pgid or p.pid), str(p.sid or p.pid)
             rows.append(found)
     headers = {
         "pid": "PID",
@@ -523,7 +524,7 @@ def systemctl_show(env: Env, args: list[str]) -> int:
             "SubState": "running" if active else "dead",
             "UnitFileState": ("enabled" if service.enabled else "disabled") if service else "",
             "Result": "success",
-            "MainPID": str(DAEMON_PID + env.host.services.index(service))
+            "MainPID": str(service.main_pid or DAEMON_PID + env.host.services.index(service))
             if active and service
             else "0",
             "NRestarts": str(service.restarts if service else 0),

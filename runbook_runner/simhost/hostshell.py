@@ -108,12 +108,14 @@ class HostShell:
         }
 
     def argv(self, command: str) -> list[str]:
-        """What runs ``command`` on the simulated host (a plain sh, as sshd would start it)."""
+        """What runs ``command`` on the simulated host (a plain sh, as sshd would start it:
+        named ``bash`` in its messages, as a login shell is)."""
         shell = _shell()
+        named = f"exec -a bash {shell}" if shell.endswith("bash") else f"exec {shell}"
         if not isolation():
-            return [shell, "-c", command]
-        inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; exec {shell} -c "$1"'
-        return [*_UNSHARE, "/bin/sh", "-c", inner, "rbr-sim", command]
+            return [shell, "-c", f'{named} -c "$1"', "rbr-sim", command]
+        inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; {named} -c "$1"'
+        return [*_UNSHARE, shell, "-c", inner, "rbr-sim", command]
 
     def run_local(self, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         """Run one command as the host would, here, without SSH (for tests and ``sim``)."""
@@ -208,7 +210,8 @@ def _paths_wrapper(name: str, python: str, patterns: list[str]) -> str:
 
 
 def _missing(name: str) -> str:
-    return f'#!/bin/sh\necho "sh: 1: {name}: not found" >&2\nexit 127\n'
+    """A tool the simulated host does not have: as the login shell answers for one."""
+    return f'#!/bin/sh\necho "bash: line 1: {name}: command not found" >&2\nexit 127\n'
 
 
 def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
@@ -222,7 +225,16 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
         _write_executable(bin_dir / name, text)
     shm = [f"{SHM_DIR}/*"]
     for name, patterns in (
-        ("cat", ["/proc/meminfo", *(shlex.quote(p) for p in sorted(host.files))]),
+        (
+            "cat",
+            [
+                "/proc/meminfo",
+                "/proc/[0-9]*/environ",
+                "/proc/[0-9]*/cgroup",
+                "/proc/[0-9]*/cmdline",
+                *(shlex.quote(p) for p in sorted(host.files)),
+            ],
+        ),
         ("stat", shm),
         ("rm", shm),
     ):
@@ -235,7 +247,9 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
         ' exit 1; }\nexec "$@"\n',
     )
     # sh: the same shell as the login, with the same builtins turned off
-    _write_executable(bin_dir / "sh", f'#!/bin/sh\nexec {shlex.quote(_shell())} "$@"\n')
+    login = shlex.quote(_shell())
+    named = f"exec -a bash {login}" if _shell().endswith("bash") else f"exec {login}"
+    _write_executable(bin_dir / "sh", f'#!{_shell()}\n{named} "$@"\n')
     (folder / "bashenv").write_text("enable -n kill 2>/dev/null\n")
     sync_shm(shell, host)
     return shell

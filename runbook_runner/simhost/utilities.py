@@ -81,13 +81,25 @@ def kill(env: Env, args: list[str]) -> int:
 
 
 def cat(env: Env, args: list[str]) -> int:
-    """cat FILE...: /proc/meminfo from the model, and the files a state file gives."""
+    """cat FILE...: /proc/meminfo from the model, a simulated process's /proc/PID/environ,
+    cgroup and cmdline, and the files a state file gives."""
     status = 0
     for path in [a for a in args if a != "--"]:
         if path == "/proc/meminfo":
             env.out(render.meminfo(env.host))
         elif path in env.host.files:
             env.out(env.host.files[path])
+        elif (match := re.fullmatch(r"/proc/(\d+)/(environ|cgroup|cmdline)", path)) is not None:
+            process = next((p for p in env.host.processes if p.pid == int(match[1])), None)
+            if process is None or not env.procs.alive(process.pid):
+                env.err(f"cat: {path}: No such file or directory\n")
+                status = 1
+            elif match[2] == "environ":
+                env.out("".join(f"{k}={v}\0" for k, v in process.environ.items()))
+            elif match[2] == "cgroup":
+                env.out(f"0::{process.cgroup_path()}\n")
+            else:
+                env.out(process.cmdline.replace(" ", "\0") + "\0")
         else:
             env.err(f"cat: {path}: No such file or directory\n")
             status = 1
