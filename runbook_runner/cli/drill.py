@@ -30,7 +30,7 @@ class DrillHooks:
     and its judgement in the JSON document."""
 
     def __init__(self, scenario: str, clock: Callable[[], float], judge: Any) -> None:
-        from runbook_runner.simhost.commands import EPOCH
+        from runbook_runner.simhost.model import EPOCH
 
         self.scenario = scenario
         self.journal_clock = lambda: EPOCH + clock()

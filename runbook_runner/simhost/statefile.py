@@ -260,4 +260,5 @@ def _segment(data: Any, where: str) -> SimShm:
         if isinstance(age, bool) or not isinstance(age, int | float) or age < 0:
             raise StateFileError(f"{where}.age_s: expected seconds, got {age!r}")
         data["mtime"] = START - float(age)
-    return _record(SimShm, data, where, {})
+    segment: SimShm = _record(SimShm, data, where, {})
+    return segment
