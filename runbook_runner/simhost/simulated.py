@@ -40,6 +40,10 @@ class WallClock(SimClock):
     def now(self) -> float:
         return super().now() + (time.monotonic() - self._started)
 
+    def set(self, now: float) -> None:
+        super().set(now)
+        self._started = time.monotonic()
+
 
 class SimProcesses:
     """The host's process table, as the drill's ps, kill, pkill and fuser see it."""
