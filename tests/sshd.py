@@ -342,7 +342,7 @@ def only_simulated_hosts_start(monkeypatch) -> None:
     from runbook_runner.simhost import hostshell
 
     hostshell.isolation()  # probed (and the stand-in client built) before the guard
-    hostshell._compiled_client()
+    hostshell.client_command()
     real_popen = subprocess.Popen
 
     def refuse(*args, **kwargs):

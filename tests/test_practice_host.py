@@ -246,3 +246,22 @@ def test_a_state_file_refuses_a_shm_file_outside_dev_shm_and_an_unknown_state():
         host_from_state({"shm": [{"path": "/etc/passwd", "size": 1}]})
     with pytest.raises(StateFileError, match=r"processes\[0\]\.state"):
         host_from_state({"processes": [{"pid": 1, "cmdline": "x", "state": "Q"}]})
+
+
+def test_a_drill_takes_the_host_lock_on_the_simulated_host_and_releases_it(
+    capsys, run_journals_in_tmp
+):
+    from runbook_runner.cli import main
+    from runbook_runner.journal import read
+
+    assert main(["drill", "gpu-oom-recovery", "--scenario", "oom-crash", "--yes"]) == 0
+    capsys.readouterr()
+    [path] = list(run_journals_in_tmp.glob("*.jsonl"))
+    journal = read(path)
+    lock = journal.first("lock")
+    assert lock is not None
+    assert lock["held"] is True
+    end = journal.last("run-end")
+    assert end is not None
+    assert "lock_release_failed" not in end
+    assert journal.last("drill-end")["actions"] == ["reset GPU 0", "reset GPU 2"]

@@ -208,3 +208,28 @@ def test_nothing_outside_the_simulation_is_signalled_or_removed(host, tmp_path: 
             assert mine.name.encode() not in done.stdout
         finally:
             mine.unlink()
+
+
+def test_the_python_stand_in_client_answers_as_the_c_one(host):
+    """Without a C compiler the stand-ins are the Python client: the same bytes."""
+    import sys
+
+    simulated, _, scenario = host
+    simulated.restore(scenario.build(), START)
+    env = simulated.shell.env()
+    answers = []
+    for client in (
+        shlex.split(hostshell.client_command()),
+        [sys.executable, "-S", "-I", "-B", str(hostshell.CLIENT)],
+    ):
+        done = subprocess.run(
+            [*client, "free", "-b"], env=env, capture_output=True, timeout=30, check=False
+        )
+        answers.append((done.stdout, done.stderr, done.returncode))
+        failed = subprocess.run(
+            [*client, "kill", "-9", "1"], env=env, capture_output=True, timeout=30, check=False
+        )
+        answers.append((failed.stdout, failed.stderr, failed.returncode))
+    assert answers[0] == answers[2]
+    assert answers[1] == answers[3] == (b"", b"kill: (1) - No such process\n", 1)
+    assert answers[0][0].startswith(b"               total")

@@ -29,7 +29,6 @@ EPILOG = f"""\
 examples:
   runbook check gpu-node-health --host 10.1.230.174
   runbook run gpu-oom-recovery --host root@10.1.230.174 --dry-run
-  runbook test gpu-oom-recovery --scenario stuck-d-state
 
 exit codes:
 {exitcodes.describe()}

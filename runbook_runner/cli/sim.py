@@ -55,13 +55,19 @@ def cmd_sim(args: argparse.Namespace) -> int:
             return scenario.build()
 
     owned = args.folder is None
-    folder = Path(tempfile.mkdtemp(prefix="runbook-sim-")) if owned else Path(args.folder)
+    folder = Path(tempfile.mkdtemp(prefix="rbr-sim-")) if owned else Path(args.folder)
     fleet = None
     stop = _StopOnSignal()
     try:
         with stop:
-            fleet = SimFleet(args.hosts, build, clock=WallClock, folder=folder / "hosts")
-            files = fleet.write_files(folder, prefix="sim")
+            try:
+                fleet = SimFleet(args.hosts, build, clock=WallClock, folder=folder / "hosts")
+                files = fleet.write_files(folder, prefix="sim")
+            except OSError as error:
+                raise UsageError(
+                    f"cannot set up the simulated hosts in {folder}: {error.strerror or error}",
+                    "runbook sim",
+                ) from None
             fleet.start()
             _announce(console.Output(False), fleet, files, described, folder)
             stop.wait()
@@ -150,7 +156,7 @@ def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
     sim = add(
         "sim",
         handler,
-        "serve simulated GPU hosts on 127.0.0.1 to practise the on-call command on",
+        "serve practice GPU hosts on 127.0.0.1 for run and check",
         "runbook sim --scenario oom-crash",
     )
     given = sim.add_mutually_exclusive_group()

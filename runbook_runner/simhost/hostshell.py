@@ -157,7 +157,6 @@ def isolation() -> bool:
     return probe.returncode == 0 and probe.stdout == b"ok\n"
 
 
-@functools.cache
 def _compiled_client() -> Path | None:
     """standin_client.c built once per version (a cache folder of the user's), or None
     without a C compiler: then each stand-in call starts Python (tens of milliseconds)."""
@@ -188,23 +187,24 @@ def _compiled_client() -> Path | None:
     return binary
 
 
-def _client(name: str, python: str) -> str:
+def client_command(python: str = sys.executable) -> str:
+    """How a stand-in asks the server: the C client, else the Python one."""
     binary = _compiled_client()
     if binary is not None:
-        return f"{shlex.quote(str(binary))} {name}"
-    return f"{shlex.quote(python)} -S -I -B {shlex.quote(str(CLIENT))} {name}"
+        return shlex.quote(str(binary))
+    return f"{shlex.quote(python)} -S -I -B {shlex.quote(str(CLIENT))}"
 
 
-def _wrapper(name: str, python: str) -> str:
-    return f'#!/bin/sh\nexec {_client(name, python)} "$@"\n'
+def _wrapper(name: str, client: str) -> str:
+    return f'#!/bin/sh\nexec {client} {name} "$@"\n'
 
 
-def _paths_wrapper(name: str, python: str, patterns: list[str]) -> str:
+def _paths_wrapper(name: str, client: str, patterns: list[str]) -> str:
     """cat, stat, rm: the stand-in for a simulated path, the real tool for any other."""
     real = shutil.which(name, path=PATH_TAIL) or f"/bin/{name}"
     cases = "|".join(patterns)
     return (
-        f'#!/bin/sh\nfor a do case $a in {cases}) exec {_client(name, python)} "$@";; esac; done\n'
+        f'#!/bin/sh\nfor a do case $a in {cases}) exec {client} {name} "$@";; esac; done\n'
         f'exec {shlex.quote(real)} "$@"\n'
     )
 
@@ -220,8 +220,9 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
     for sub in ("bin", "shm", "lock", "home", "tmp"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     bin_dir = folder / "bin"
+    client = client_command(python)
     for name in SERVED:
-        text = _missing(name) if name in host.missing_commands else _wrapper(name, python)
+        text = _missing(name) if name in host.missing_commands else _wrapper(name, client)
         _write_executable(bin_dir / name, text)
     shm = [f"{SHM_DIR}/*"]
     for name, patterns in (
@@ -238,7 +239,7 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
         ("stat", shm),
         ("rm", shm),
     ):
-        _write_executable(bin_dir / name, _paths_wrapper(name, python, patterns))
+        _write_executable(bin_dir / name, _paths_wrapper(name, client, patterns))
     # sudo: the command, as root (the simulated host's login is root already).
     _write_executable(
         bin_dir / "sudo",
