@@ -98,8 +98,8 @@ def test_the_on_call_command_interrupted_and_resumed_reaches_the_goal_on_the_pra
         assert {"-i", "--known-hosts", "--user"} <= set(options)
         (folder,) = sim.host_folders()
         lock = folder / "lock" / "runbook-runner.lock"
-        # settle_s: the teardown wait watches for 4 s of no progress instead of 30
-        command = ["run", "gpu-oom-recovery", "--yes", "--set", "settle_s=4", *options]
+        # settle_s: the teardown wait watches for 8 s of no progress instead of 30
+        command = ["run", "gpu-oom-recovery", "--yes", "--set", "settle_s=8", *options]
         first = runbook(state_home, *command)
 
         def waiting_with_the_lock() -> bool:

@@ -93,10 +93,11 @@ class Client:
     def __init__(self, simulated: DrillHost) -> None:
         self.simulated = simulated
         self._client: paramiko.SSHClient | None = None
+        self.boots = 0  # the host's reboots when connected: a reboot drops the connection
 
     def get(self) -> paramiko.SSHClient:
         transport = self._client.get_transport() if self._client else None
-        if transport is not None and transport.is_active():
+        if transport is not None and transport.is_active() and self.boots == self.simulated.reboots:
             return self._client  # type: ignore[return-value]
         self.close()
         client = paramiko.SSHClient()
@@ -111,7 +112,7 @@ class Client:
             allow_agent=False,
             look_for_keys=False,
         )
-        self._client = client
+        self._client, self.boots = client, self.simulated.reboots
         return client
 
     def close(self) -> None:
@@ -145,8 +146,10 @@ def both_ways(host, command: str) -> tuple[tuple[bytes, bytes, int], tuple[bytes
     remote_state = simulated.host.to_json()
     simulated.restore(copy.deepcopy(start), START)
     done = simulated.run_local(command)
+    local = (done.stdout, done.stderr, done.returncode)
+    assert remote == local
     assert simulated.host.to_json() == remote_state  # the same change to the host, too
-    return remote, (done.stdout, done.stderr, done.returncode)
+    return remote, local
 
 
 @pytest.mark.parametrize("command", IDIOMS, ids=range(len(IDIOMS)))

@@ -111,7 +111,8 @@ class HostShell:
         """What runs ``command`` on the simulated host (a plain sh, as sshd would start it:
         named ``bash`` in its messages, as a login shell is)."""
         shell = _shell()
-        named = f"exec -a bash {shell}" if shell.endswith("bash") else f"exec {shell}"
+        login = shlex.quote(shell)
+        named = f"exec -a bash {login}" if shell.endswith("bash") else f"exec {login}"
         if not isolation():
             return [shell, "-c", f'{named} -c "$1"', "rbr-sim", command]
         inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; {named} -c "$1"'
