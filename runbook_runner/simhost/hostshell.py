@@ -4,7 +4,8 @@ A simulated host is a folder::
 
     bin/        the stand-ins (nvidia-smi, ps, kill, sleep, ...): small wrappers that ask
                 the host's stand-in server (standin.sock) to answer; cat, stat and rm
-                answer themselves for every path but the simulated ones
+                answer themselves for every path but the simulated ones (a link to a
+                folder in the user's cache named for its content, shared by hosts)
     shm/        what the host's /dev/shm holds: one sparse file per simulated segment
     lock/       $RUNBOOK_LOCK_DIR: where the runner's host lock is taken
     home/ tmp/  $HOME and $TMPDIR
@@ -166,7 +167,7 @@ def _compiled_client() -> Path | None:
     if compiler is None or not source.is_file():
         return None
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runbook-runner"
+    cache = _cache()
     binary = cache / f"standin-{digest}"
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
@@ -215,46 +216,74 @@ def _missing(name: str) -> str:
     return f'#!/bin/sh\necho "bash: line 1: {name}: command not found" >&2\nexit 127\n'
 
 
-def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
-    """Write the host's folder: stand-ins, /dev/shm, the lock folder, home and tmp."""
-    shell = HostShell(folder)
-    for sub in ("bin", "shm", "lock", "home", "tmp"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    bin_dir = folder / "bin"
+def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
+    """The host's bin/: each stand-in's name and script."""
     client = client_command(python)
-    for name in SERVED:
-        text = _missing(name) if name in host.missing_commands else _wrapper(name, client)
-        _write_executable(bin_dir / name, text)
+    scripts = {
+        name: _missing(name) if name in host.missing_commands else _wrapper(name, client)
+        for name in SERVED
+    }
     shm = [f"{SHM_DIR}/*"]
-    for name, patterns in (
-        (
-            "cat",
-            [
-                "/proc/meminfo",
-                "/proc/[0-9]*/environ",
-                "/proc/[0-9]*/cgroup",
-                "/proc/[0-9]*/cmdline",
-                *(shlex.quote(p) for p in sorted(host.files)),
-            ],
-        ),
-        ("stat", shm),
-        ("rm", shm),
-    ):
-        _write_executable(bin_dir / name, _paths_wrapper(name, client, patterns))
+    cat = ["/proc/meminfo", "/proc/[0-9]*/environ", "/proc/[0-9]*/cgroup", "/proc/[0-9]*/cmdline"]
+    cat += [shlex.quote(p) for p in sorted(host.files)]
+    for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm)):
+        scripts[name] = _paths_wrapper(name, client, patterns)
     # sudo: the command, as root (the simulated host's login is root already).
-    _write_executable(
-        bin_dir / "sudo",
+    scripts["sudo"] = (
         "#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in -u|-g|-p|-C) shift 2;; --) shift; break;;"
         ' -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] || { echo "usage: sudo -n COMMAND" >&2;'
-        ' exit 1; }\nexec "$@"\n',
+        ' exit 1; }\nexec "$@"\n'
     )
     # sh: the same shell as the login, with the same builtins turned off
     login = shlex.quote(_shell())
     named = f"exec -a bash {login}" if _shell().endswith("bash") else f"exec {login}"
-    _write_executable(bin_dir / "sh", f'#!{_shell()}\n{named} "$@"\n')
+    scripts["sh"] = f'#!{_shell()}\n{named} "$@"\n'
+    return scripts
+
+
+def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
+    """Make the host's folder: stand-ins, /dev/shm, the lock folder, home and tmp. Hosts
+    whose stand-ins are the same share one bin/ (a fleet of thousands writes it once)."""
+    shell = HostShell(folder)
+    for sub in ("shm", "lock", "home", "tmp"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    scripts = stand_ins(host, python)
+    shared = _shared_bin(scripts)
+    if shared is not None:
+        (folder / "bin").symlink_to(shared, target_is_directory=True)
+    else:
+        (folder / "bin").mkdir()
+        for name, text in scripts.items():
+            _write_executable(folder / "bin" / name, text)
     (folder / "bashenv").write_text("enable -n kill 2>/dev/null\n")
     sync_shm(shell, host)
     return shell
+
+
+def _shared_bin(scripts: dict[str, str]) -> Path | None:
+    """A bin/ with these scripts in the user's cache, named for its content; None when the
+    cache cannot be written."""
+    digest = hashlib.sha256(json.dumps(sorted(scripts.items())).encode()).hexdigest()[:16]
+    folder = _cache() / f"sim-bin-{digest}"
+    if folder.is_dir():
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".sim-bin-"))
+        for name, text in scripts.items():
+            _write_executable(scratch / name, text)
+        scratch.chmod(0o755)
+        try:
+            scratch.rename(folder)  # atomic; another process may have made the same
+        except OSError:
+            shutil.rmtree(scratch, ignore_errors=True)
+    except OSError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runbook-runner"
 
 
 def _write_executable(path: Path, text: str) -> None:

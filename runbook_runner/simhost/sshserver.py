@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import selectors
 import shutil
 import signal
 import socket
@@ -41,7 +42,8 @@ logging.getLogger(LOG_CHANNEL).addHandler(logging.NullHandler())
 logging.getLogger(LOG_CHANNEL).propagate = False
 
 BOOT_S = 90.0  # simulated seconds a reboot keeps the host away
-EXEC_REPLY_S = 0.05  # paramiko replies to the exec request after our check returns
+EXEC_REPLY_S = 0.05
+DROP_S = 2.0  # how long a reboot waits for a client to read what it was sent and hang up  # paramiko replies to the exec request after our check returns
 
 
 @dataclass
@@ -72,11 +74,17 @@ class DrillHost:
         self.folder = Path(self.folder or tempfile.mkdtemp(prefix="runbook-sim-"))
         self.shell = hostshell.prepare(self.folder, self.host)
         self.reboots = 0
+        # What a reboot ends once its command has answered: the connections and commands
+        # of the host that went down (not those of the host that came back meanwhile).
+        self._going_down: tuple[list[paramiko.Transport], list[subprocess.Popen[bytes]]] = (
+            [],
+            [],
+        )
         self._running: set[subprocess.Popen[bytes]] = set()
         self._standins = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._standins.bind(str(self.shell.socket))
         self._standins.listen(64)
-        threading.Thread(target=self._standin_loop, name="sim-standins", daemon=True).start()
+        _HUB.add(self._standins, self._standin)
 
     # -- the simulated host: one stand-in call at a time ---------------------------------------
 
@@ -105,6 +113,7 @@ class DrillHost:
             if rebooted:
                 self.down_until = self.clock.now() + BOOT_S
                 self.reboots += 1
+                self._going_down = (list(self._transports), list(self._running))
             hostshell.sync_shm(self.shell, self.host)
             self.host.save(self.shell.state_file)
             return Answer("".join(env.stdout), "".join(env.stderr), status)
@@ -122,14 +131,6 @@ class DrillHost:
     def _log(self, argv: list[str]) -> None:
         with self.shell.calls_log.open("a") as log:
             log.write(json.dumps({"t": self.clock.now(), "argv": argv}) + "\n")
-
-    def _standin_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, _ = self._standins.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._standin, args=(sock,), daemon=True).start()
 
     def _standin(self, sock: socket.socket) -> None:
         """One stand-in call (protocol: standin_client.c)."""
@@ -169,8 +170,7 @@ class DrillHost:
         for transport in list(self._transports):
             transport.close()
         self._end_commands()
-        with contextlib.suppress(OSError):
-            self._standins.close()
+        _HUB.remove(self._standins)
         if self._owns_folder and self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -249,8 +249,11 @@ class DrillHost:
         for pump in pumps:
             pump.join()
         self._running.discard(process)
+        # Told before its status is sent: the client cannot have sent the next command yet,
+        # so a reboot after this is not this command's.
+        rebooted = self.reboots != reboots
         self._finish(channel, started, process.returncode, b"")
-        if self.reboots != reboots:
+        if rebooted:
             self._went_down()
 
     def _finish(self, channel: paramiko.Channel, started: float, status: int, err: bytes) -> None:
@@ -263,15 +266,23 @@ class DrillHost:
             channel.close()  # as sshd does; OpenSSH's client waits for it
 
     def _went_down(self) -> None:
-        """A reboot: every connection drops, every command ends, /run/lock is emptied."""
-        for transport in list(self._transports):
+        """A reboot: its connections drop, its commands end, /run/lock is emptied."""
+        transports, commands = self._going_down
+        self._going_down = ([], [])
+        for transport in transports:  # what was sent arrives: FIN after it, never a reset
+            with contextlib.suppress(OSError):
+                transport.sock.shutdown(socket.SHUT_WR)
+        for transport in transports:
+            transport.join(DROP_S)  # the client reads to the end and hangs up
             transport.close()
-        self._end_commands()
-        for entry in self.shell.lock_dir.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+        for process in commands:
+            _end(process)
+        with contextlib.suppress(OSError):  # gone too, if the host was stopped meanwhile
+            for entry in self.shell.lock_dir.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
     def _end_commands(self) -> None:
         for process in list(self._running):
@@ -282,6 +293,46 @@ class DrillHost:
     def run_local(self, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         """The command in a plain shell here, with the same stand-ins (no SSH)."""
         return self.shell.run_local(command, stdin)
+
+
+class _Hub:
+    """One thread accepts the stand-in calls of every simulated host of the process; each
+    call is answered in a thread of its own."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, listener: socket.socket, serve: Any) -> None:
+        listener.setblocking(False)
+        with self._lock:
+            self._selector.register(listener, selectors.EVENT_READ, serve)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="sim-standins", daemon=True)
+                self._thread.start()
+
+    def remove(self, listener: socket.socket) -> None:
+        with self._lock, contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(listener)
+        with contextlib.suppress(OSError):
+            listener.close()
+
+    def _loop(self) -> None:
+        while True:  # a listener added meanwhile is seen by the wait in progress (epoll)
+            ready = []
+            with contextlib.suppress(OSError, ValueError):
+                ready = self._selector.select(timeout=0.5)
+            for key, _ in ready:
+                try:
+                    sock, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                except OSError:
+                    continue  # closed meanwhile, or another thread took it
+                sock.setblocking(True)
+                threading.Thread(target=key.data, args=(sock,), daemon=True).start()
+
+
+_HUB = _Hub()
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
