@@ -205,6 +205,24 @@ def _drills_page() -> str:
         "(marked as a drill) under `docs/postmortems/`.",
         "",
         "The drills run the [GPU OOM recovery](runbooks/gpu-oom-recovery.md) runbook.",
+        "",
+        "## Practise the exact on-call command {#practice-host}",
+        "",
+        "A drill runs the runbook for you. To rehearse the command you will type at 3 a.m., "
+        "start a practice host in any scenario (or a `--state FILE`) and run against it:",
+        "",
+        "```sh",
+        "runbook sim --scenario oom-crash",
+        "```",
+        "",
+        "It prints the options to use (`--host 127.0.0.1 --port PORT --user root -i KEY "
+        "--known-hosts FILE`) and an ssh_config with a `Host sim0001` alias, and serves until "
+        "Ctrl-C. `runbook run gpu-oom-recovery` with those options asks before each "
+        "destructive step, takes the host lock, writes its journal, and can be interrupted "
+        "and resumed (`--resume RUN`), as on a real host; `--hosts N` starts a fleet for "
+        "`--hosts 'sim[0001-000N]'`, and plain `ssh -F FILE sim0001` works too. Every "
+        "command runs in a real shell on the practice host, with stand-ins for the GPU and "
+        "system tools that read and change the scenario; nothing on your machine is touched.",
     ]
     lines += [
         "",

@@ -332,3 +332,30 @@ SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.
     if os.geteuid() == 0:
         shutil.chown(test_host.calls_file, user)
     return test_host
+
+
+def only_simulated_hosts_start(monkeypatch) -> None:
+    """Refuse, for the test, any signal from this process and any program started but the
+    simulated hosts' own shells (their stand-ins first on PATH, their socket in the env)."""
+    import os as os_module
+
+    from runbook_runner.simhost import hostshell
+
+    hostshell.isolation()  # probed (and the stand-in client built) before the guard
+    hostshell.client_command()
+    real_popen = subprocess.Popen
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the drill touched the real machine: {args}")
+
+    class SimulatedOnly(real_popen):  # type: ignore[misc,valid-type]
+        def __init__(self, argv, *args, **kwargs):
+            env = kwargs.get("env") or {}
+            if not env.get("RBR_SIM_SOCKET") or not env.get("PATH", "").startswith(
+                str(Path(env["RBR_SIM_SOCKET"]).parent / "bin") + ":"
+            ):
+                refuse(argv)
+            super().__init__(argv, *args, **kwargs)
+
+    monkeypatch.setattr(os_module, "kill", refuse)
+    monkeypatch.setattr(subprocess, "Popen", SimulatedOnly)

@@ -20,10 +20,8 @@ from runbook_runner.exitcodes import ExitCode
 from runbook_runner.kb.docs_page import render_page
 from runbook_runner.observe import PARSERS
 from runbook_runner.runbook import RunbookInvalid, load
-from runbook_runner.simhost.commands import Env
 from runbook_runner.simhost.drill import changes as drill_changes
-from runbook_runner.simhost.shell import Shell
-from runbook_runner.simhost.simulated import SimClock, SimProcesses
+from runbook_runner.simhost.sshserver import DrillHost
 from runbook_runner.simhost.statefile import StateFileError, host_from_state
 
 GIB = 1024**3
@@ -52,9 +50,13 @@ def write(path: Path, text: str) -> Path:
 
 
 def shell_output(host, command: str) -> tuple[int, str]:
-    env = Env(host, SimProcesses(host, SimClock()))
-    status = Shell(env, pid=100).run(command)
-    return status, "".join(env.stdout)
+    """The command on the simulated host's real shell, with its stand-ins (no SSH)."""
+    simulated = DrillHost(host)
+    try:
+        done = simulated.run_local(command)
+    finally:
+        simulated.stop()
+    return done.returncode, done.stdout.decode()
 
 
 # -- runbook new ------------------------------------------------------------------------------

@@ -257,8 +257,8 @@ def test_a_framed_answer_reads_back_as_what_each_command_gave():
 
 
 def test_the_simulated_host_answers_a_goal_check_on_one_channel():
-    """The drill's host (an in-process SSH server with a simulated shell) runs the batch
-    script's commands and frames the answer, as a real shell would: one channel per set."""
+    """The drill's host (an in-process SSH server running each command in a real shell)
+    runs the batch script as sent: one channel per set."""
     from pathlib import Path
 
     from runbook_runner.simhost import drill
@@ -267,8 +267,10 @@ def test_the_simulated_host_answers_a_goal_check_on_one_channel():
     started = drill.start("oom-crash")
     try:
         executed: list[str] = []
-        real = started.host.execute
-        started.host.execute = lambda command: executed.append(command) or real(command)  # type: ignore[method-assign]
+        real = started.host.respond
+        started.host.respond = lambda channel, transport, command: (  # type: ignore[method-assign]
+            executed.append(command) or real(channel, transport, command)
+        )
         runbook = load(REPO / "runbook_runner" / "runbooks" / "gpu-oom-recovery.yaml")
         params = {name: p.default for name, p in runbook.parameters.items()}
         target = resolve_target(

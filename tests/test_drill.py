@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 
 import pytest
+from sshd import only_simulated_hosts_start
 
 from conftest import fixture_text
 from runbook_runner.cli import main
@@ -15,21 +14,15 @@ from runbook_runner.exitcodes import ExitCode
 from runbook_runner.observe.free import FreeUnits, parse_free
 from runbook_runner.observe.nvidia_smi import parse_compute_apps, parse_gpus
 from runbook_runner.simhost import render
-from runbook_runner.simhost.commands import Env
 from runbook_runner.simhost.model import eight_gpu_server
-from runbook_runner.simhost.shell import Shell
-from runbook_runner.simhost.simulated import SimClock, SimProcesses
+from runbook_runner.simhost.sshserver import DrillHost
 
 
 @pytest.fixture(autouse=True)
 def nothing_real_is_touched(monkeypatch):
-    """A drill must never signal a real process or start a program on this machine."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"the drill touched the real machine: {args}")
-
-    monkeypatch.setattr(os, "kill", refuse)
-    monkeypatch.setattr(subprocess, "Popen", refuse)
+    """A drill signals no real process and starts no program on this machine but the
+    simulated host's own shell (with its stand-ins first on PATH)."""
+    only_simulated_hosts_start(monkeypatch)
 
 
 def drill(capsys, *argv):
@@ -122,16 +115,20 @@ def test_unknown_scenario_is_bad_input(capsys):
 
 
 def shell_run(script: str, host=None):
-    host = host or eight_gpu_server()
-    env = Env(host, SimProcesses(host, SimClock()))
-    status = Shell(env).run(script)
-    return status, "".join(env.stdout), "".join(env.stderr)
+    """The simulated host's real shell, with its stand-ins, run here without SSH."""
+    simulated = DrillHost(host or eight_gpu_server())
+    try:
+        done = simulated.run_local(script)
+    finally:
+        simulated.stop()
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-def test_an_unsupported_command_is_a_clear_error_not_a_silent_success():
-    status, _, err = shell_run("wget https://example.invalid")
+def test_a_command_the_host_does_not_have_is_not_found_not_a_silent_success():
+    status, _, err = shell_run("rbr-no-such-tool --version")
     assert status == 127
-    assert "wget: not simulated in this drill" in err
+    assert "rbr-no-such-tool" in err
+    assert "not found" in err
 
 
 @pytest.mark.parametrize(
@@ -217,14 +214,13 @@ def test_the_stopped_gpu_services_observation_lists_only_installed_units():
 
     from conftest import REPO
     from runbook_runner.simhost.model import SimService
-    from runbook_runner.simhost.sshserver import DrillHost
 
     host = eight_gpu_server()
     host.services += [SimService("dcgm-exporter"), SimService("dcgm", active=False, enabled=False)]
     spec = yaml.safe_load((REPO / "runbooks" / "gpu-oom-recovery.yaml").read_text())
     command = spec["observations"]["stopped_gpu_services"]["command"]
-    outcome = DrillHost(host).execute(command)
-    assert (outcome.stdout, outcome.status) == ("dcgm\n", 0)
+    status, out, _ = shell_run(command, host)
+    assert (out, status) == ("dcgm\n", 0)
 
 
 def test_gpus_narrows_a_recovery_and_never_widens_it(capsys):

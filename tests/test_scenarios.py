@@ -5,11 +5,10 @@ row's ideal time (simulated)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 
 import pytest
+from sshd import only_simulated_hosts_start
 
 from conftest import REPO
 from runbook_runner.cli import main
@@ -21,11 +20,9 @@ from runbook_runner.simhost.scenarios import MATRIX, SCENARIOS
 
 @pytest.fixture(autouse=True)
 def nothing_real_is_touched(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"the drill touched the real machine: {args}")
-
-    monkeypatch.setattr(os, "kill", refuse)
-    monkeypatch.setattr(subprocess, "Popen", refuse)
+    """A drill signals no real process and starts no program on this machine but the
+    simulated host's own shell (with its stand-ins first on PATH)."""
+    only_simulated_hosts_start(monkeypatch)
 
 
 def play(capsys, scenario, *extra):

@@ -32,7 +32,7 @@ class DrillHooks:
     and its judgement in the JSON document."""
 
     def __init__(self, scenario: str, clock: Callable[[], float], judge: Any) -> None:
-        from runbook_runner.simhost.commands import EPOCH
+        from runbook_runner.simhost.model import EPOCH
 
         self.scenario = scenario
         self.journal_clock = lambda: EPOCH + clock()
@@ -117,26 +117,30 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's.
     The host is simulated: nothing to ask about (as with --yes)."""
-    from runbook_runner.simhost.statefile import StateFileError, host_from_state
-
     load_named(args)
     if args.state is None:
         return _drill(args, args.scenario or "oom-crash", yes=True)
+    host = state_from_file(args.state)
+    return _simulate(args, Path(args.state).name, "Test", host)
+
+
+def state_from_file(name: str) -> Any:
+    """The simulated host a ``--state`` file describes (a SimHost), or StateFileInvalid."""
     from runbook_runner.format.yamlsource import DocumentError, load_data
+    from runbook_runner.simhost.statefile import StateFileError, host_from_state
 
     try:
-        text = localfile.read_text(Path(args.state), localfile.CONFIG_LIMIT)
-        data = load_data(text, f"--state {args.state}")
-        host = host_from_state(data)
+        text = localfile.read_text(Path(name), localfile.CONFIG_LIMIT)
+        data = load_data(text, f"--state {name}")
+        return host_from_state(data)
     except OSError as error:
-        raise StateFileInvalid(f"--state {args.state}: {error.strerror}") from None
+        raise StateFileInvalid(f"--state {name}: {error.strerror}") from None
     except UnicodeDecodeError as error:
-        raise StateFileInvalid(f"--state {args.state}: not UTF-8 text ({error.reason})") from None
+        raise StateFileInvalid(f"--state {name}: not UTF-8 text ({error.reason})") from None
     except DocumentError as error:
         raise StateFileInvalid(str(error)) from None
     except StateFileError as error:
-        raise StateFileInvalid(f"--state {args.state}: {error}") from None
-    return _simulate(args, Path(args.state).name, "Test", host)
+        raise StateFileInvalid(f"--state {name}: {error}") from None
 
 
 def _simulate(args: argparse.Namespace, name: str, label: str, state: Any) -> int:
@@ -169,7 +173,8 @@ def _run_simulated(
     hooks: DrillHooks | None = None,
 ) -> tuple[int, RunReport | None]:
     """The run on the simulated host, as ``runbook run`` runs one host (cli/host.py, through
-    the run session): no lock and a journal in the usual folder; its simulated time."""
+    the run session): the host lock taken on the simulated host, a journal in the usual
+    folder, its simulated time."""
     settings = RunSettings(
         dry_run=getattr(args, "dry_run", False),
         out=getattr(args, "out", None),
@@ -177,7 +182,7 @@ def _run_simulated(
         yes=yes,
         allow_reboot=args.allow_reboot,
         allow_node_wide=getattr(args, "allow_node_wide", False),
-        lock=False,
+        lock=True,  # taken on the simulated host (in its folder), as a real run takes it
         as_json=args.json,
     )
     connecting = Connecting(_simulated_host(drill))

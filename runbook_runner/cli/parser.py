@@ -17,7 +17,6 @@ from runbook_runner.errors import UsageError
 
 EPILOG = f"""\
 examples:
-  runbook check gpu-node-health --host 10.1.230.174
   runbook plan gpu-oom-recovery --host root@10.1.230.174 --out plan.json
   runbook drill gpu-oom-recovery --scenario stuck-d-state
 exit codes:
@@ -410,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drill.add_argument("--out", metavar="FILE", help="with --dry-run: save the plan")
     _add_value_options(drill)
+    from runbook_runner.cli import sim
+
+    sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES)
     new = add(
         "new",
         _later("cli.runbooks", "cmd_new"),

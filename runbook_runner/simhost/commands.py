@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runbook_runner.simhost import render
-from runbook_runner.simhost.model import DAEMON_PID, SHM_DIR, SimHost, SimProcess, uid_of
+from runbook_runner.simhost.model import (
+    DAEMON_PID,
+    EPOCH,
+    SHM_DIR,
+    SimHost,
+    SimProcess,
+    uid_of,
+)
 
 
 class ProcessTable(Protocol):
@@ -44,6 +51,7 @@ class Env:
     # The GPU services' processes exist only in the drill's process table; the tests'
     # stand-ins run beside real processes, where their simulated PIDs would be someone's.
     daemons_hold_devices: bool = True
+    lc_all: str | None = None  # the caller's LC_ALL; None: this process's environment
 
     def out(self, text: str) -> None:
         self.stdout.append(text)
@@ -156,7 +164,8 @@ def free(env: Env, args: list[str]) -> int:
     for letter, value in (("b", 1), ("k", 1024), ("m", 1024**2), ("g", 1024**3)):
         if letter in flags:
             divisor = value
-    language = (os.environ.get("LC_ALL") or host.locale)[:2] if host.locale else "C"
+    lc_all = os.environ.get("LC_ALL") if env.lc_all is None else env.lc_all
+    language = (lc_all or host.locale)[:2] if host.locale else "C"
     env.out(render.free(host, divisor, human="h" in flags or "--human" in args, language=language))
     return 0
 
@@ -245,6 +254,7 @@ def ps(env: Env, args: list[str]) -> int:
             state, wchan = table.state(p.pid), table.wchan(p.pid)
             found = _row(p.pid, p.ppid, p.user, state, wchan, p.cmdline, p.cgroup_path())
             found["etimes"] = str(max(0, int(host.now - p.born)))
+            found["pgid"], found["sid"] = str(p.pgid or p.pid), str(p.sid or p.pid)
             rows.append(found)
     headers = {
         "pid": "PID",
@@ -474,9 +484,6 @@ def stat_(env: Env, args: list[str]) -> int:
     return status
 
 
-EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
-
-
 def date(env: Env, args: list[str]) -> int:
     if "+%s" in args:
         env.out(f"{int(env.host.now + EPOCH)}\n")
@@ -517,7 +524,7 @@ def systemctl_show(env: Env, args: list[str]) -> int:
             "SubState": "running" if active else "dead",
             "UnitFileState": ("enabled" if service.enabled else "disabled") if service else "",
             "Result": "success",
-            "MainPID": str(DAEMON_PID + env.host.services.index(service))
+            "MainPID": str(service.main_pid or DAEMON_PID + env.host.services.index(service))
             if active and service
             else "0",
             "NRestarts": str(service.restarts if service else 0),

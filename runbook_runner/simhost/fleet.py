@@ -2,7 +2,8 @@
 
 Each host has its own host key and its own state (a :class:`DrillHost`); one client key
 is accepted by all, as an operator's key would be. One thread accepts on every port.
-Used by the fleet benchmark and tests; nothing here touches the machine it runs on.
+Used by ``runbook sim``, the fleet benchmark and tests. Each host's commands run in a real
+shell in the host's own folder (hostshell.py), with its stand-ins first on PATH.
 """
 
 from __future__ import annotations
@@ -11,41 +12,38 @@ import contextlib
 import selectors
 import socket
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
 
 from runbook_runner.simhost.model import SimHost, eight_gpu_server
+from runbook_runner.simhost.simulated import SimClock
 from runbook_runner.simhost.sshserver import DrillHost
 
 
 class FleetHost(DrillHost):
-    """A drill host that also closes each channel after the exit status, as sshd does:
-    OpenSSH's client (under clush) waits for that close; paramiko's does not need it."""
-
-    CLOSE_AFTER_S = 0.05  # after the exec request's reply, which paramiko sends on return
-
-    def respond(
-        self, channel: paramiko.Channel, transport: paramiko.Transport, command: str
-    ) -> None:
-        super().respond(channel, transport, command)
-        time.sleep(self.CLOSE_AFTER_S)
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-            channel.close()
+    """A drill host of a fleet (each channel is closed after its exit status, as sshd does,
+    which OpenSSH's client under clush waits for: every simulated host does so now)."""
 
 
 class SimFleet:
     def __init__(
-        self, count: int, state: Callable[[int], SimHost] = lambda index: eight_gpu_server()
+        self,
+        count: int,
+        state: Callable[[int], SimHost] = lambda index: eight_gpu_server(),
+        clock: Callable[[], SimClock] = SimClock,
+        folder: Path | None = None,
     ) -> None:
+        """``folder``: where each host's folder goes (``host1``, ...); a temporary one each
+        by default. ``clock``: each host's simulated time (SimClock: only when waited)."""
         self.client_key = paramiko.ECDSAKey.generate()
         self.hosts: list[FleetHost] = []
         self._selector = selectors.DefaultSelector()
         self._closed = threading.Event()
         for index in range(count):
-            host = FleetHost(state(index))
+            home = folder / f"host{index + 1}" if folder is not None else None
+            host = FleetHost(state(index), clock=clock(), folder=home)
             host.client_key = self.client_key
             listener = socket.create_server(("127.0.0.1", 0), backlog=128)
             listener.setblocking(False)

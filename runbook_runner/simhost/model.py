@@ -10,6 +10,7 @@ from typing import Any
 
 GIB = 1024**3
 SHM_DIR = "/dev/shm"  # noqa: S108 -- a simulated folder: no file is ever made there
+EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
@@ -72,6 +73,9 @@ class SimProcess:
     health: str = "ok"  # what that endpoint does: ok (200), error (503), hung (no answer)
     born: float = -3600.0  # simulated time it was started (ps etimes)
     start_ticks: int = 0  # a real stand-in server's start time (/proc/PID/stat), 0: none
+    pgid: int = 0  # its process group (0: its own, as a process that called setsid)
+    sid: int = 0  # its session (0: its own)
+    environ: dict[str, str] = field(default_factory=dict)  # /proc/PID/environ
 
     def cgroup_path(self) -> str:
         if self.cgroup:
@@ -138,6 +142,7 @@ class SimService:
     # crash_after_s after it starts: a crash loop under Restart=always.
     shm_needed_bytes: int = 0
     crash_after_s: float = 20.0
+    main_pid: int = 0  # MainPID= as given by a state file (0: the simulator's own answer)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 from runbook_runner.simhost.model import SimHost, SimProcess
 
@@ -22,6 +23,26 @@ class SimClock:
     def sleep(self, seconds: float) -> None:
         with self._lock:
             self._now += max(0.0, seconds)
+
+    def set(self, now: float) -> None:
+        with self._lock:
+            self._now = now
+
+
+class WallClock(SimClock):
+    """Simulated time for a practice host (``runbook sim``): it follows the wall clock, as a
+    real host's does for a run that waits in real time, and jumps ahead on ``sleep``."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        super().__init__(start)
+        self._started = time.monotonic()
+
+    def now(self) -> float:
+        return super().now() + (time.monotonic() - self._started)
+
+    def set(self, now: float) -> None:
+        super().set(now)
+        self._started = time.monotonic()
 
 
 class SimProcesses:

@@ -5,15 +5,23 @@ Every key is optional; what is not given is the incident's server (8 GPUs with
 filesystem and /dev/shm)::
 
     gpus: 8                          # or a list: [{index: 0, orphaned_mib: 96410}, ...]
-    processes:                       # what ps, nvidia-smi and kill see
-      - {pid: 4120, cmdline: "sglang::scheduler_TP0", gpu_mib: {0: 90112}, host_bytes: 38 GiB}
-    services: [{name: nvidia-persistenced, active: true}]
+    processes:                       # what ps, nvidia-smi, fuser, curl and kill see
+      - {pid: 4120, cmdline: "sglang::scheduler_TP0", gpu_mib: {0: 90112}, host_bytes: 38 GiB,
+         ppid: 4100, pgid: 4100, sid: 4100, user: svc, unit: sglang.service,
+         cgroup: /system.slice/sglang.service, state: S, environ: {CUDA_VISIBLE_DEVICES: "0"}}
+    services:                        # systemctl; MainPID, NRestarts, journalctl's lines
+      - {name: sglang, active: true, main_pid: 4100, restarts: 0, log: ["..."]}
+    shm:                             # /dev/shm: size, owner, age, the PID that holds it
+      - {path: /dev/shm/sglang_hicache_0, size: 40 GiB, owner: root, age_s: 900, holder: null}
     memory: {total: 449 GiB, used: 9 GiB, buff_cache: 2 GiB}
     filesystems:                     # what df reports
       - {mounted_on: /tmp, size: 20 GiB, used: 19.5 GiB, filesystem: tmpfs, fstype: tmpfs}
     files: {/proc/sys/kernel/pid_max: "4194304\\n"}   # what cat prints
     kernel_messages: ["NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus."]
     driver_loaded: true
+
+A process's ``state`` is S (the default: running or sleeping) or D (uninterruptible: no
+signal ends it); its ``pgid`` and ``sid`` default to its own PID.
 
 Sizes are bytes, or a number with a unit (``512 MiB``, ``1.5 GiB``, ``2 GB``). Pure:
 a mapping in, a :class:`SimHost` out, :class:`StateFileError` for anything else.
@@ -30,13 +38,16 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from runbook_runner.simhost.model import (
+    SHM_DIR,
     SimFilesystem,
     SimGpu,
     SimHost,
     SimProcess,
     SimService,
+    SimShm,
     eight_gpu_server,
 )
+from runbook_runner.simhost.scenarios import START
 
 
 class StateFileError(ValueError):
@@ -58,6 +69,7 @@ _TOP = (
     "files",
     "kernel_messages",
     "driver_loaded",
+    "shm",
 )
 _MEMORY = {
     "total": "memory_total_bytes",
@@ -177,6 +189,7 @@ def host_from_state(data: Any) -> SimHost:
     else:
         raise StateFileError("gpus: expected a count or a list of GPUs")
     for i, p in enumerate(_list(data, "processes")):
+        p = _process_state(p, f"processes[{i}]")
         process = _record(SimProcess, p, f"processes[{i}]", {"host_memory": "host_bytes"})
         try:
             process.gpu_mib = {str(k): int(v) for k, v in (process.gpu_mib or {}).items()}
@@ -201,6 +214,7 @@ def host_from_state(data: Any) -> SimHost:
         ]
         if not any(f.mounted_on == "/" for f in host.filesystems):
             host.filesystems.insert(0, SimFilesystem("/", 1_920_383_410_176, 412 * 1024**3))
+    host.shm = [_segment(seg, f"shm[{i}]") for i, seg in enumerate(_list(data, "shm"))]
     files = data.get("files") or {}
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise StateFileError("files: expected a mapping of path: text")
@@ -208,3 +222,43 @@ def host_from_state(data: Any) -> SimHost:
     host.kernel_messages = [str(m) for m in _list(data, "kernel_messages")]
     host.driver_loaded = bool(data.get("driver_loaded", True))
     return host
+
+
+def _process_state(data: Any, where: str) -> Any:
+    """``state: D`` is a process no signal ends (``stuck``); S and R are the default."""
+    if not isinstance(data, dict) or "state" not in data:
+        return data
+    data = dict(data)
+    state = data.pop("state")
+    if state not in ("S", "R", "D"):
+        raise StateFileError(f"{where}.state: expected S, R or D, got {state!r}")
+    if state == "D":
+        data["stuck"] = True
+    return data
+
+
+_SHM_KEYS = ("name", "path", "size", "size_bytes", "owner", "age_s", "mtime", "holder")
+
+
+def _segment(data: Any, where: str) -> SimShm:
+    """A /dev/shm file: ``path`` (or ``name``), ``size``, ``owner``, ``age_s`` (seconds
+    old when the simulated host starts) and ``holder`` (the PID that has it open)."""
+    data = dict(_keys(data, _SHM_KEYS, where))
+    path = data.pop("path", None)
+    if path is not None:
+        if not isinstance(path, str) or not path.startswith(SHM_DIR + "/"):
+            raise StateFileError(f"{where}.path: expected a file in {SHM_DIR}, got {path!r}")
+        data.setdefault("name", path.removeprefix(SHM_DIR + "/"))
+    name = data.get("name")
+    if not isinstance(name, str) or not name or "/" in name or name in {".", ".."}:
+        raise StateFileError(f"{where}: expected a file name (name: or path:), got {name!r}")
+    if "size" in data:
+        data["size_bytes"] = data.pop("size")
+    data["size_bytes"] = size(data.get("size_bytes", 0), f"{where}.size")
+    if "age_s" in data:
+        age = data.pop("age_s")
+        if isinstance(age, bool) or not isinstance(age, int | float) or age < 0:
+            raise StateFileError(f"{where}.age_s: expected seconds, got {age!r}")
+        data["mtime"] = START - float(age)
+    segment: SimShm = _record(SimShm, data, where, {})
+    return segment

@@ -1,0 +1,310 @@
+"""The simulated host's shell: a real POSIX shell with the stand-ins first on PATH.
+
+A simulated host is a folder::
+
+    bin/        the stand-ins (nvidia-smi, ps, kill, sleep, ...): small wrappers that ask
+                the host's stand-in server (standin.sock) to answer; cat, stat and rm
+                answer themselves for every path but the simulated ones (a link to a
+                folder in the user's cache named for its content, shared by hosts)
+    shm/        what the host's /dev/shm holds: one sparse file per simulated segment
+    lock/       $RUNBOOK_LOCK_DIR: where the runner's host lock is taken
+    home/ tmp/  $HOME and $TMPDIR
+    calls.log   every stand-in call, one JSON line each
+    state.json  the model after the last call
+
+Each command runs as ``bash -c COMMAND`` (POSIX sh where there is no bash), unchanged.
+Where the kernel allows it (root, or unprivileged user namespaces), it runs in new user,
+mount, PID and network namespaces: ``shm/`` is bound over /dev/shm, the shell can signal
+no process of the machine, reach no network, and a reboot(2) or module load reaches
+nothing outside (the stand-ins' socket is a file, so it still answers).
+``kill`` is the stand-in, not the shell's builtin (``enable -n kill`` from $BASH_ENV),
+so that a signal reaches the simulated process table and nothing else.
+
+No I/O at import; the folder is written by :func:`prepare`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from runbook_runner.simhost.model import EPOCH, SHM_DIR, SimHost
+
+PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CLIENT = Path(__file__).with_name("standin_client.py")
+# Answered by the stand-in server for every call.
+SERVED = (
+    "nvidia-smi",
+    "free",
+    "dmesg",
+    "df",
+    "pkill",
+    "pgrep",
+    "fuser",
+    "systemctl",
+    "lsmod",
+    "rmmod",
+    "modprobe",
+    "reboot",
+    "shutdown",
+    "date",
+    "curl",
+    "ps",
+    "journalctl",
+    "kill",
+    "sleep",
+)
+# Answered by the stand-in server only for the simulated paths; the real tool otherwise.
+PATHS_ONLY = ("cat", "stat", "rm")
+
+
+@dataclass(frozen=True)
+class HostShell:
+    """Where one simulated host lives, and how its commands are started."""
+
+    folder: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / "standin.sock"
+
+    @property
+    def calls_log(self) -> Path:
+        return self.folder / "calls.log"
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.folder / "lock"
+
+    @property
+    def shm_dir(self) -> Path:
+        return self.folder / "shm"
+
+    def env(self) -> dict[str, str]:
+        """The environment of every command: as a login on the host would have it."""
+        return {
+            "PATH": f"{self.folder / 'bin'}:{PATH_TAIL}",
+            "HOME": str(self.folder / "home"),
+            "TMPDIR": str(self.folder / "tmp"),
+            "USER": "root",
+            "LOGNAME": "root",
+            "SHELL": "/bin/sh",
+            "BASH_ENV": str(self.folder / "bashenv"),
+            "RBR_SIM_SOCKET": str(self.socket),
+            "RBR_SIM_SHM": str(self.shm_dir),
+            "RUNBOOK_LOCK_DIR": str(self.lock_dir),
+        }
+
+    def argv(self, command: str) -> list[str]:
+        """What runs ``command`` on the simulated host (a plain sh, as sshd would start it:
+        named ``bash`` in its messages, as a login shell is)."""
+        shell = _shell()
+        login = shlex.quote(shell)
+        named = f"exec -a bash {login}" if shell.endswith("bash") else f"exec {login}"
+        if not isolation():
+            return [shell, "-c", f'{named} -c "$1"', "rbr-sim", command]
+        inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; {named} -c "$1"'
+        return [*_UNSHARE, shell, "-c", inner, "rbr-sim", command]
+
+    def run_local(self, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        """Run one command as the host would, here, without SSH (for tests and ``sim``)."""
+        return subprocess.run(
+            self.argv(command),
+            env=self.env(),
+            input=stdin,
+            capture_output=True,
+            cwd=self.folder / "home",
+            check=False,
+            start_new_session=True,
+        )
+
+
+_UNSHARE_BASE = ["--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
+_UNSHARE = ["unshare", "--user", "--map-root-user", *_UNSHARE_BASE, "--"]
+
+
+@functools.cache
+def _shell() -> str:
+    return shutil.which("bash", path=PATH_TAIL) or "/bin/sh"
+
+
+@functools.cache
+def isolation() -> bool:
+    """Whether commands can run in their own namespaces here (/dev/shm bound, no signal
+    reaching out). Without them the shell still runs, and /dev/shm looks empty."""
+    if shutil.which("unshare", path=PATH_TAIL) is None:
+        return False
+    try:
+        probe = subprocess.run(
+            [*_UNSHARE, "/bin/sh", "-c", f"mount --bind /proc {SHM_DIR} && echo ok"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and probe.stdout == b"ok\n"
+
+
+def _compiled_client() -> Path | None:
+    """standin_client.c built once per version (a cache folder of the user's), or None
+    without a C compiler: then each stand-in call starts Python (tens of milliseconds)."""
+    source = CLIENT.with_suffix(".c")
+    compiler = shutil.which("cc", path=PATH_TAIL) or shutil.which("gcc", path=PATH_TAIL)
+    if compiler is None or not source.is_file():
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    cache = _cache()
+    binary = cache / f"standin-{digest}"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as scratch:
+            built = Path(scratch) / "standin"
+            made = subprocess.run(
+                [compiler, "-O2", "-o", str(built), str(source)],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            if made.returncode != 0:
+                return None
+            built.replace(binary)  # atomic: another process may be building the same
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return binary
+
+
+def client_command(python: str = sys.executable) -> str:
+    """How a stand-in asks the server: the C client, else the Python one."""
+    binary = _compiled_client()
+    if binary is not None:
+        return shlex.quote(str(binary))
+    return f"{shlex.quote(python)} -S -I -B {shlex.quote(str(CLIENT))}"
+
+
+def _wrapper(name: str, client: str) -> str:
+    return f'#!/bin/sh\nexec {client} {name} "$@"\n'
+
+
+def _paths_wrapper(name: str, client: str, patterns: list[str]) -> str:
+    """cat, stat, rm: the stand-in for a simulated path, the real tool for any other."""
+    real = shutil.which(name, path=PATH_TAIL) or f"/bin/{name}"
+    cases = "|".join(patterns)
+    return (
+        f'#!/bin/sh\nfor a do case $a in {cases}) exec {client} {name} "$@";; esac; done\n'
+        f'exec {shlex.quote(real)} "$@"\n'
+    )
+
+
+def _missing(name: str) -> str:
+    """A tool the simulated host does not have: as the login shell answers for one."""
+    return f'#!/bin/sh\necho "bash: line 1: {name}: command not found" >&2\nexit 127\n'
+
+
+def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
+    """The host's bin/: each stand-in's name and script."""
+    client = client_command(python)
+    scripts = {
+        name: _missing(name) if name in host.missing_commands else _wrapper(name, client)
+        for name in SERVED
+    }
+    shm = [f"{SHM_DIR}/*"]
+    cat = ["/proc/meminfo", "/proc/[0-9]*/environ", "/proc/[0-9]*/cgroup", "/proc/[0-9]*/cmdline"]
+    cat += [shlex.quote(p) for p in sorted(host.files)]
+    for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm)):
+        scripts[name] = _paths_wrapper(name, client, patterns)
+    # sudo: the command, as root (the simulated host's login is root already).
+    scripts["sudo"] = (
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in -u|-g|-p|-C) shift 2;; --) shift; break;;"
+        ' -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] || { echo "usage: sudo -n COMMAND" >&2;'
+        ' exit 1; }\nexec "$@"\n'
+    )
+    # sh: the same shell as the login, with the same builtins turned off
+    login = shlex.quote(_shell())
+    named = f"exec -a bash {login}" if _shell().endswith("bash") else f"exec {login}"
+    scripts["sh"] = f'#!{_shell()}\n{named} "$@"\n'
+    return scripts
+
+
+def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
+    """Make the host's folder: stand-ins, /dev/shm, the lock folder, home and tmp. Hosts
+    whose stand-ins are the same share one bin/ (a fleet of thousands writes it once)."""
+    shell = HostShell(folder)
+    for sub in ("shm", "lock", "home", "tmp"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    scripts = stand_ins(host, python)
+    shared = _shared_bin(scripts)
+    if shared is not None:
+        (folder / "bin").symlink_to(shared, target_is_directory=True)
+    else:
+        (folder / "bin").mkdir()
+        for name, text in scripts.items():
+            _write_executable(folder / "bin" / name, text)
+    (folder / "bashenv").write_text("enable -n kill 2>/dev/null\n")
+    sync_shm(shell, host)
+    return shell
+
+
+def _shared_bin(scripts: dict[str, str]) -> Path | None:
+    """A bin/ with these scripts in the user's cache, named for its content; None when the
+    cache cannot be written."""
+    digest = hashlib.sha256(json.dumps(sorted(scripts.items())).encode()).hexdigest()[:16]
+    folder = _cache() / f"sim-bin-{digest}"
+    if folder.is_dir():
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".sim-bin-"))
+        for name, text in scripts.items():
+            _write_executable(scratch / name, text)
+        scratch.chmod(0o755)
+        try:
+            scratch.rename(folder)  # atomic; another process may have made the same
+        except OSError:
+            shutil.rmtree(scratch, ignore_errors=True)
+    except OSError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runbook-runner"
+
+
+def _write_executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def sync_shm(shell: HostShell, host: SimHost) -> None:
+    """Make shm/ hold one sparse file per simulated segment, with its size and age; remove
+    the files of segments that are gone (files the host's own commands made stay)."""
+    known = shell.folder / "shm.names"
+    before = set(json.loads(known.read_text())) if known.exists() else set()
+    now = {segment.name for segment in host.shm}
+    for name in before - now:
+        (shell.shm_dir / name).unlink(missing_ok=True)
+    for segment in host.shm:
+        path = shell.shm_dir / segment.name
+        if "/" in segment.name or segment.name in {"", ".", ".."}:
+            continue  # never a path outside the folder
+        with path.open("ab") as handle:
+            handle.truncate(segment.size_bytes)
+        stamp = EPOCH + segment.mtime
+        os.utime(path, (stamp, stamp))
+    known.write_text(json.dumps(sorted(now)))
