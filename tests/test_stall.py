@@ -152,13 +152,15 @@ def test_run_stalled_at_the_lock_exits_3_naming_the_phase(gpu_host, tmp_path, ca
     readers: list[int] = []
 
     def stop_the_relay_when_the_lock_is_being_taken() -> None:
-        # Opening a FIFO to read waits for its writer: the host's lock script, right now.
-        readers.append(os.open(alive, os.O_RDONLY))
+        # Opening a FIFO to read waits for its writer: the host's lock script, right now
+        # (its first open, which checks that the file can be written).
+        os.close(os.open(alive, os.O_RDONLY))
         for pid in _relays(gpu_host.port):
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
-        # The script goes on (a reader stays open for its next opens of the FIFO) and
-        # answers into the stalled relay.
+        # Its next open (the one it locks) waits for a reader again: only now, with the
+        # relay stopped, does the script go on, and it answers into the stalled relay.
+        readers.append(os.open(alive, os.O_RDONLY))
 
     watcher = threading.Thread(target=stop_the_relay_when_the_lock_is_being_taken, daemon=True)
     watcher.start()
