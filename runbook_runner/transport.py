@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -148,7 +149,7 @@ class SshTransport:
         with self._sent(channel, err, "running a command", as_root and not self.is_root):
             # Bytes, not str: a value given on the command line may hold bytes that are not
             # UTF-8 (Python keeps them as surrogates); they go out exactly as they came in.
-            channel.exec_command(wrapped.encode("utf-8", "surrogateescape"))
+            self._exec(channel, wrapped.encode("utf-8", "surrogateescape"), "running a command")
             if typed is not None:  # the become password, read by sudo -S alone
                 channel.sendall(typed)
             # Nothing else is ever typed into a command: a command (or a sudo asking for a
@@ -229,7 +230,7 @@ class SshTransport:
         marker = ready.encode() + b"\n"
         deadline = time.monotonic() + timeout
         try:
-            channel.exec_command(command.encode("utf-8", "surrogateescape"))
+            self._exec(channel, command.encode("utf-8", "surrogateescape"), "taking the lock")
             outcome, status = wait_ready(channel, marker, deadline, out, err)
             text = out.bytes()
             if outcome == "ready":
@@ -277,7 +278,7 @@ class SshTransport:
         out, err = TailBuffer(room), TailBuffer(room)
         sudo = any(c.as_root for c in wanted) and not self.is_root
         with self._sent(channel, err, "running commands", sudo, session=True):
-            channel.exec_command(text.encode("utf-8", "surrogateescape"))
+            self._exec(channel, text.encode("utf-8", "surrogateescape"), "observing the host")
             channel.shutdown_write()
             timed_out = drain(
                 channel, started + batch.deadline(wanted), out, err, self.interrupt_check
@@ -364,6 +365,38 @@ class SshTransport:
                 f"{self.target.label}: cannot open a channel ({error})", "re-run"
             ) from None
 
+    def _exec(self, channel: paramiko.Channel, command: bytes, phase: str) -> None:
+        """``channel.exec_command``, which waits for the host's reply with no time limit:
+        when none comes within the connect timeout and the host no longer answers at all,
+        the connection is closed (so the wait ends) and the stall is said, naming ``phase``.
+        A host that is merely slow keeps its connection."""
+        done = threading.Event()
+        stalled: list[float] = []
+
+        def watch() -> None:
+            if done.wait(self.target.connect_timeout):
+                return
+            within = max(self.target.connect_timeout, STALL_PROBE_S)
+            if not done.is_set() and not self.answers(within) and not done.is_set():
+                stalled.append(self.target.connect_timeout + within)
+                self.close()
+
+        watcher = threading.Thread(target=watch, name="exec-watch", daemon=True)
+        watcher.start()
+        try:
+            channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError):
+            if stalled:
+                raise ConnectionLost(
+                    f"{self.target.label}: the connection stalled while {phase}: the host did "
+                    f"not answer the command's start in {stalled[0]:g}s; whether it began on "
+                    f"the host is not known{self._after_last()}",
+                    "check the host and the network path to it; re-run, or resume the run",
+                ) from None
+            raise
+        finally:
+            done.set()
+
     def answers(self, within: float) -> bool:
         """Whether the host still answers on this connection: a new channel (which sshd
         must confirm or refuse) within ``within`` seconds. Nothing runs on the host."""
@@ -405,7 +438,7 @@ class SshTransport:
             script, typed = self._through_sudo(script)
         channel = self._open_channel()
         try:
-            channel.exec_command(script)
+            self._exec(channel, script.encode("utf-8", "surrogateescape"), "ending a command")
             if typed is not None:
                 channel.sendall(typed)
             channel.shutdown_write()

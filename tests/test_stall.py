@@ -197,3 +197,35 @@ def _relays(port: int) -> list[int]:
         if str(RELAY).encode() in cmdline and str(port).encode() in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def test_a_stall_between_a_channel_and_its_command_ends_within_bounds(
+    gpu_host, tmp_path, monkeypatch
+):
+    """The host confirmed the channel, then stops answering before the command's start
+    is confirmed: paramiko's exec_command alone would wait for ever; the transport says the
+    stall (exit 3's ConnectionLost) within ConnectTimeout plus the probe, naming the phase."""
+    import paramiko
+
+    transport = SshTransport(resolve_target("gpu", ssh_config=_config(gpu_host, tmp_path)))
+    transport.connect()
+    relay = _relay_of(transport)
+    exec_command = paramiko.Channel.exec_command
+
+    def stall_first(channel: paramiko.Channel, command: bytes) -> None:
+        os.kill(relay.pid, signal.SIGSTOP)  # the network path stops here, for real
+        exec_command(channel, command)
+
+    try:
+        assert transport.run("echo done", timeout=5).stdout == "done\n"
+        monkeypatch.setattr(paramiko.Channel, "exec_command", stall_first)
+        since = time.monotonic()
+        with pytest.raises(ConnectionLost) as lost:
+            transport.run("true", timeout=2)
+        assert time.monotonic() - since < 5 + 5 + 4  # ConnectTimeout, the probe, slack
+        message = str(lost.value)
+        assert "the connection stalled while running a command" in message
+        assert "did not answer the command's start" in message
+    finally:
+        os.kill(relay.pid, signal.SIGKILL)
+        transport.close()
