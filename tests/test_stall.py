@@ -142,7 +142,9 @@ def test_run_stalled_at_the_lock_exits_3_naming_the_phase(gpu_host, tmp_path, ca
     FIFO until the relay is stopped); exit 3 and one line, not exit 5 after 117 s."""
     monkeypatch.setattr(hostlock, "LOCK_TAKE_S", 2)
     folder = gpu_host.root / "sim" / LOCK_NAME
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)  # an earlier run on this test host may have left it (released)
+    for leftover in folder.iterdir():
+        leftover.unlink()
     alive = folder / "alive"
     os.mkfifo(alive)
     os.chmod(folder, 0o777)  # noqa: S103  # the host's login user writes the lock there
