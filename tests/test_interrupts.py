@@ -146,3 +146,25 @@ steps:
     pid, returncode, out, err = signal_mid_run(gpu_host, runbook, pid_file, signal.SIGTERM)
     assert returncode == 143, out + err
     wait_for(lambda: gone(pid), 10, "the batched observation to end on the host")
+
+
+def test_the_group_clean_up_never_signals_group_1_whatever_ps_prints():
+    """The clean-up after a signal reads the session's groups from ps. A ps that prints
+    "1" (a shim, a stand-in, BusyBox's) once made it "kill -TERM -1": every process the
+    login may signal, another session's sshd included. Only the leader's group and real
+    group numbers above 1 are signalled, and ps is the system's (command -p)."""
+    from runbook_runner.ssh.channel import end_group_script
+
+    script = end_group_script("4242", session=True)
+    assert "command -p ps" in script
+    shimmed = script.replace("command -p ps", "fake_ps")
+    program = (
+        "fake_ps() { printf 'PGID\\n-\\n1\\n0\\n4300\\n'; }; "
+        'kill() { echo "kill $*"; }; sleep() { :; }; ' + shimmed
+    )
+    for shell in ("sh", "bash"):
+        out = subprocess.run([shell, "-c", program], capture_output=True, text=True, check=True)
+        signalled = {line.split()[-1] for line in out.stdout.splitlines()}
+        assert signalled == {"-4242", "-4300"}, out.stdout
+    assert end_group_script("1", session=True) == "true"
+    assert end_group_script("0") == "true"

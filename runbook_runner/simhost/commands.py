@@ -256,6 +256,12 @@ def ps(env: Env, args: list[str]) -> int:
             found["etimes"] = str(max(0, int(host.now - p.born)))
             found["pgid"], found["sid"] = str(p.pgid or p.pid), str(p.sid or p.pid)
             rows.append(found)
+    # -s SID and -p PID select rows as procps does (a process group's clean-up asks -s).
+    for flag, column in (("-s", "sid"), ("-p", "pid")):
+        wanted = option(args, flag)
+        if wanted is not None:
+            chosen = {w.strip() for w in wanted.split(",") if w.strip()}
+            rows = [r for r in rows if r.get(column) in chosen]
     headers = {
         "pid": "PID",
         "ppid": "PPID",

@@ -92,9 +92,16 @@ def end_group_script(pgid: str, session: bool = False) -> str:
     session too (a batch runs each command under ``timeout``, which gives it a group of its
     own). A short grace after TERM, then KILL: the caller's timeout is kept within a second."""
     leader = int(pgid)
-    # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept.
+    if leader <= 1:
+        return "true"  # never "kill -1" (every process the login may signal) or group 0
+    # "kill -SIG -PGID": the one spelling dash, bash and BusyBox sh all accept. The groups
+    # come from the system's own ps (command -p: the default PATH, not a shim on the
+    # login's), and only numbers above 1 are ever signalled: a ps that printed anything
+    # else ("1", a header, "-") must not turn this into "kill -TERM -1".
     groups = (
-        f"g=$(ps -o pgid= -s {leader} 2>/dev/null | sort -u); g=${{g:-{leader}}}; "
+        f"g=$(command -p ps -o pgid= -s {leader} 2>/dev/null | sort -u); "
+        f"g=$(for p in $g {leader}; do case $p in *[!0-9]*|0|1) ;; *) echo $p;; esac; done"
+        " | sort -u); "
         if session
         else f"g={leader}; "
     )
