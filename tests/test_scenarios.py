@@ -164,7 +164,7 @@ def test_random_picks_without_naming_and_the_debrief_names_it(capsys, monkeypatc
 
 
 def test_a_unit_with_restart_always_brings_a_killed_server_back():
-    from runbook_runner.simhost.scenarios import supervisor_restarts_server
+    from runbook_runner.simhost.hosts import supervisor_restarts_server
     from runbook_runner.simhost.simulated import SimClock, SimProcesses
 
     host = supervisor_restarts_server()

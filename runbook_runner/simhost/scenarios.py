@@ -20,23 +20,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from runbook_runner.simhost.model import (
-    GIB,
-    SimHost,
-    SimProcess,
-    SimService,
-    SimShm,
-    eight_gpu_server,
+from runbook_runner.simhost.hosts import (
+    RANKS,
+    container_holds_gpu2,
+    crash_loop_on_leaked_shm,
+    crash_loop_unknown_cause,
+    daemon_holds_gpu,
+    daemons_hold_every_gpu,
+    driver_not_loaded,
+    ecc_recurring,
+    healthy_server,
+    host_ram_leak,
+    host_ram_unpinning,
+    leaked_shm,
+    nccl_rank_died,
+    nvidia_smi_missing,
+    nvlink_fault,
+    oom_crash,
+    orphans_after_slurm_job,
+    other_team_on_gpu5,
+    pattern_mismatch,
+    persistence_blocks_reset,
+    slow_teardown,
+    stuck_d_state,
+    supervisor_restarts_server,
+    two_servers_one_broken,
+    wedged_server,
+    xid_79,
 )
+from runbook_runner.simhost.model import SimHost
 
-LAUNCH = (
-    "python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --trust-remote-code "
-    "--tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300"
-)
-VLLM = "python3 -m vllm.entrypoints.openai.api_server --model /shared/qwen3-235b --tensor-parallel-size 8"
-START = 1_000.0  # the drill's clock starts here (simulated.SimClock)
 XID_CATALOG = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
@@ -64,397 +78,9 @@ class Scenario:
         return self.page
 
 
-def _server(
-    orphaned: tuple[int, ...] = (),
-    teardown_s: float = 20.0,
-    ranks: tuple[int, ...] = tuple(range(8)),
-    launcher: bool = True,
-    health: str = "ok",
-    **flags: object,
-) -> list[SimProcess]:
-    """SGLang at TP 8: the launcher (serving /health on port 30000) and one scheduler per
-    GPU, each pinning its host pool; without the launcher, its orphans (parent PID 1)."""
-    processes = (
-        [SimProcess(pid=4101, cmdline=LAUNCH, teardown_s=1.0, listens=30000, health=health)]
-        if launcher
-        else []
-    )
-    for rank in ranks:
-        processes.append(
-            SimProcess(
-                pid=4120 + rank,
-                ppid=4101 if launcher else 1,
-                cmdline=f"sglang::scheduler_TP{rank}",
-                gpu_mib={str(rank): 96_410 if rank in orphaned else 90_112},
-                host_bytes=38 * GIB,
-                orphan_gpu_memory=rank in orphaned,
-                teardown_s=teardown_s,
-                **flags,  # type: ignore[arg-type]
-            )
-        )
-    return processes
-
-
 def _pids(*pids: int, signal: str = "SIGTERM") -> tuple[str, ...]:
     return tuple(f"{signal} {pid}" for pid in pids)
 
-
-RANKS = tuple(4120 + rank for rank in range(8))
-
-
-# -- the host states ------------------------------------------------------------------------
-
-
-def oom_crash() -> SimHost:
-    host = eight_gpu_server()
-    host.gpu(0).orphaned_mib = 96_410
-    host.gpu(2).orphaned_mib = 96_410
-    host.kernel_messages = [
-        "[Mon Nov 30 14:02:11 2026] Out of memory: Killed process 4127 (sglang::schedul) "
-        "total-vm:412000000kB, anon-rss:39845888kB",
-    ]
-    return host
-
-
-def slow_teardown() -> SimHost:
-    """Killed a moment ago: every process is in D state, unpinning; memory falls for 30 s."""
-    host = eight_gpu_server()
-    host.processes = _server(teardown_s=30.0)
-    for process in host.processes:
-        process.teardown_s = 30.0
-        process.exits_at = START + 30.0
-    return host
-
-
-def wedged_server() -> SimHost:
-    """The server runs and holds every GPU; its /health never answers."""
-    host = eight_gpu_server()
-    host.processes = _server(teardown_s=15.0, health="hung")
-    return host
-
-
-def healthy_server() -> SimHost:
-    """The server runs, holds every GPU and answers /health: nothing is wrong with it."""
-    host = eight_gpu_server()
-    host.processes = _server(teardown_s=15.0)
-    return host
-
-
-def _unit_spec(
-    gpus: range = range(8),
-    health: str = "ok",
-    port: int | None = None,
-    gpu_mib: int = 90_112,
-    host_bytes: int = 38 * GIB,
-    rank_teardown_s: float = 10.0,
-) -> list[dict[str, Any]]:
-    """What a server unit starts: the launcher (serving /health) and one scheduler per GPU."""
-    launch = LAUNCH if len(gpus) == 8 else LAUNCH.replace("--tp-size 8", f"--tp-size {len(gpus)}")
-    spec: list[dict[str, Any]] = [
-        {
-            "cmdline": launch + (f" --port {port}" if port else ""),
-            "teardown_s": 1.0,
-            "listens": port or 30000,
-            "health": health,
-        }
-    ]
-    return spec + [
-        {
-            "cmdline": f"sglang::scheduler_TP{rank}",
-            "gpu_mib": {str(gpu): gpu_mib},
-            "host_bytes": host_bytes,
-            "teardown_s": rank_teardown_s,
-        }
-        for rank, gpu in enumerate(gpus)
-    ]
-
-
-def _supervised(host: SimHost, *units: SimService, loading: bool, restarts: int = 0) -> SimHost:
-    """The units running at the start of the drill (its clock's start), their start not
-    counted as an action."""
-    host.now = START
-    for unit in units:
-        host.services.append(unit)
-        host.start_service(unit, loading=loading)
-        unit.restarts = restarts
-    host.actions.clear()
-    return host
-
-
-def two_servers_one_broken() -> SimHost:
-    """Two TP4 servers of ours, each under its own unit: sglang-a (GPUs 0-3) hangs, sglang-b
-    (GPUs 4-7) serves."""
-    return _supervised(
-        eight_gpu_server(),
-        SimService("sglang-a", holds_gpus=False, runs=_unit_spec(range(0, 4), "hung", 30000)),
-        SimService("sglang-b", holds_gpus=False, runs=_unit_spec(range(4, 8), "ok", 30001)),
-        loading=False,
-    )
-
-
-def orphans_after_slurm_job() -> SimHost:
-    """A Slurm job's launcher died; its four schedulers live on, reparented to PID 1, in the
-    job's cgroup, holding GPUs 0-3."""
-    host = eight_gpu_server()
-    host.processes = _server(ranks=(0, 1, 2, 3), launcher=False, teardown_s=10.0, user="alice")
-    for process in host.processes:
-        process.cgroup = (
-            f"/system.slice/slurmstepd.scope/job_4242/step_0/user/task_{process.pid % 4}"
-        )
-    return host
-
-
-def daemons_hold_every_gpu() -> SimHost:
-    """The incident's GPUs 0 and 2, on a node whose persistence daemon, DCGM host engine and
-    exporter keep every /dev/nvidiaN open (as they do on a real node)."""
-    host = oom_crash()
-    host.services += [SimService("nvidia-dcgm"), SimService("dcgm-exporter")]
-    return host
-
-
-def crash_loop_on_leaked_shm() -> SimHost:
-    """sglang.service (Restart=always) dies at every start: the segments its earlier
-    instances leaked fill the 32 GiB /dev/shm, so it gets SIGBUS writing its own. Host RAM
-    looks fine."""
-    host = eight_gpu_server()
-    for fs in host.filesystems:
-        if fs.mounted_on == "/dev/shm":  # noqa: S108 -- a simulated mount
-            fs.size_bytes = 32 * GIB
-    host.shm = [SimShm(f"sglang_hicache_{i}", 10 * GIB, "root", START - 1800) for i in range(3)]
-    unit = SimService(
-        "sglang",
-        holds_gpus=False,
-        restart="always",
-        runs=_unit_spec(gpu_mib=2_048, host_bytes=0, rank_teardown_s=1.0),
-        shm_needed_bytes=8 * GIB,
-        startup_s=60.0,
-    )
-    return _supervised(host, unit, loading=True, restarts=14)
-
-
-def crash_loop_unknown_cause() -> SimHost:
-    """sglang.service restarts every minute; its log shows a CUDA error this runbook cannot
-    fix. Starting it again unchanged would only loop."""
-    unit = SimService(
-        "sglang",
-        holds_gpus=False,
-        restart="always",
-        runs=_unit_spec(gpu_mib=2_048, host_bytes=0, rank_teardown_s=1.0),
-        startup_s=60.0,
-    )
-    unit.log = [
-        "sglang::scheduler_TP3[20005]: RuntimeError: CUDA error: an illegal memory access was "
-        "encountered",
-    ]
-    return _supervised(eight_gpu_server(), unit, loading=True, restarts=9)
-
-
-def ecc_recurring() -> SimHost:
-    """The server died; GPU 4's memory errors recur (row remapping, contained errors)."""
-    host = eight_gpu_server()
-    pci = "0000:58:00"
-    host.kernel_messages = [
-        f"[Mon Nov 30 13:58:02 2026] NVRM: Xid (PCI:{pci}): 63, pid=4124, "
-        "Row Remapper: New row marked for remapping, reset gpu to activate.",
-        f"[Mon Nov 30 14:01:47 2026] NVRM: Xid (PCI:{pci}): 94, pid=4124, "
-        "Contained: SM (0x1). RST: No, D-RST: No",
-        f"[Mon Nov 30 14:02:09 2026] NVRM: Xid (PCI:{pci}): 94, pid=4124, "
-        "Contained: SM (0x1). RST: No, D-RST: No",
-    ]
-    return host
-
-
-def nvlink_fault() -> SimHost:
-    """The server died in a collective; the driver logged an NVLink error on GPU 1."""
-    host = eight_gpu_server()
-    host.kernel_messages = [
-        "[Mon Nov 30 14:02:10 2026] NVRM: Xid (PCI:0000:28:00): 74, pid=4121, "
-        "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
-    ]
-    return host
-
-
-def pattern_mismatch() -> SimHost:
-    """A vLLM server whose API process died; its eight workers still hold the GPUs,
-    reparented to PID 1."""
-    host = eight_gpu_server()
-    host.processes = [
-        SimProcess(
-            pid=6120 + rank,
-            cmdline=f"VLLM::Worker_TP{rank}",
-            gpu_mib={str(rank): 88_000},
-            host_bytes=20 * GIB,
-            teardown_s=10.0,
-            user="vllm",
-        )
-        for rank in range(8)
-    ]
-    return host
-
-
-def other_team_on_gpu5() -> SimHost:
-    """Our TP4 server crashed on GPUs 0-3 (memory held, no process left); alice trains on
-    GPU 5 from her own login session."""
-    host = eight_gpu_server()
-    for index in range(4):
-        host.gpu(index).orphaned_mib = 91_000
-    host.processes = [
-        SimProcess(
-            pid=7001,
-            cmdline="python3 train.py --config ablation-12.yaml",
-            gpu_mib={"5": 80_000},
-            host_bytes=20 * GIB,
-            teardown_s=5.0,
-            user="alice",
-        )
-    ]
-    return host
-
-
-def persistence_blocks_reset() -> SimHost:
-    host = eight_gpu_server()
-    host.services.append(SimService("dcgm-exporter"))
-    host.gpu(2).orphaned_mib = 96_402
-    host.gpu(2).persistence_blocks_reset = True
-    host.gpu(5).persistence = False  # its owner's choice, before the incident: not ours to undo
-    return host
-
-
-def daemon_holds_gpu() -> SimHost:
-    """GPU 2's reset is refused in persistence mode, and the daemon refuses -pm 0 for it."""
-    host = persistence_blocks_reset()
-    host.gpu(2).persistence_locked = True
-    # Installed, stopped and disabled before the incident: not this run's to start.
-    host.services.append(SimService("nvidia-dcgm", active=False, enabled=False))
-    return host
-
-
-def supervisor_restarts_server() -> SimHost:
-    host = eight_gpu_server()
-    unit = SimService(
-        "sglang",
-        holds_gpus=False,
-        restart="always",
-        runs=_unit_spec(health="hung", rank_teardown_s=15.0),
-    )
-    # A second server unit, stopped and disabled on purpose before the incident: it matches
-    # the pattern, but this run did not stop it, so it does not start it either.
-    host.services.append(SimService("sglang-canary", active=False, enabled=False, holds_gpus=False))
-    return _supervised(host, unit, loading=False)
-
-
-def nccl_rank_died() -> SimHost:
-    """Rank 3 died; the launcher and seven ranks spin in an NCCL collective that never ends
-    (its /health hangs)."""
-    host = eight_gpu_server()
-    host.processes = _server(ranks=(0, 1, 2, 4, 5, 6, 7), ignores_term=True, health="hung")
-    host.kernel_messages = [
-        "[Mon Nov 30 14:02:11 2026] sglang::schedul[4123]: segfault at 0 ip 00007f3a1c2b4e10 "
-        "sp 00007ffd5c1a2f70 error 4 in libc.so.6[7f3a1c200000+195000]",
-    ]
-    return host
-
-
-def stuck_d_state() -> SimHost:
-    host = eight_gpu_server()
-    host.processes = [
-        SimProcess(
-            pid=4123,
-            cmdline="sglang::scheduler_TP3",
-            gpu_mib={"3": 95_870},
-            host_bytes=38 * GIB,
-            stuck=True,
-        )
-    ]
-    host.kernel_messages = [
-        "[Mon Nov 30 14:07:40 2026] INFO: task sglang::schedul:4123 blocked for more than 122 seconds.",
-        "[Mon Nov 30 14:07:40 2026] Call Trace: uvm_gpu_wait+0x4c/0xa0 [nvidia_uvm]",
-    ]
-    return host
-
-
-def xid_79() -> SimHost:
-    host = eight_gpu_server()
-    host.gpu(3).lost = True
-    host.kernel_messages = [
-        "[Mon Nov 30 14:07:41 2026] NVRM: Xid (PCI:0000:48:00): 79, pid=4123, "
-        "GPU has fallen off the bus.",
-        "[Mon Nov 30 14:07:41 2026] NVRM: GPU 0000:48:00.0: GPU has fallen off the bus.",
-    ]
-    return host
-
-
-def leaked_shm() -> SimHost:
-    """The server is gone; 120 GiB of its /dev/shm segments are not. A database holds its own."""
-    host = eight_gpu_server()
-    host.processes = [SimProcess(pid=7101, cmdline="postgres: checkpointer", user="postgres")]
-    host.shm = [
-        SimShm("sglang_hicache_0", 40 * GIB, "root", START - 900),
-        SimShm("sglang_hicache_1", 40 * GIB, "root", START - 900),
-        SimShm("sglang_hicache_2", 40 * GIB, "root", START - 900),
-        SimShm("PostgreSQL.2131", 2 * GIB, "postgres", START - 86_400, holder=7101),
-        SimShm("sem.mp-8f2a", 32, "root", START - 5),  # seconds old: someone is starting up
-    ]
-    return host
-
-
-def host_ram_unpinning() -> SimHost:
-    """GPUs clean; the dead server's last process still unpins a 240 GiB pool (D state)."""
-    host = eight_gpu_server()
-    host.processes = [
-        SimProcess(
-            pid=4120,
-            cmdline="sglang::scheduler_TP0",
-            host_bytes=240 * GIB,
-            teardown_s=40.0,
-            exits_at=START + 40.0,
-        )
-    ]
-    return host
-
-
-def host_ram_leak() -> SimHost:
-    host = eight_gpu_server()
-    host.leaked_host_bytes = 120 * GIB  # held where no /dev/shm file shows it; every GPU is clean
-    return host
-
-
-def nvidia_smi_missing() -> SimHost:
-    host = eight_gpu_server()
-    host.missing_commands = ["nvidia-smi"]
-    return host
-
-
-def driver_not_loaded() -> SimHost:
-    host = eight_gpu_server()
-    host.driver_loaded = False
-    host.services = []
-    return host
-
-
-def container_holds_gpu2() -> SimHost:
-    """Our server in a Docker container on GPU 2: nvidia-smi lists no process for it, ps on
-    the host does (its cgroup names the container), and its /health hangs."""
-    host = eight_gpu_server()
-    host.processes = [
-        SimProcess(
-            pid=8812,
-            ppid=8790,
-            cmdline="python3 -m sglang.launch_server --model-path /models/qwen3-32b --port 30000",
-            gpu_mib={"2": 71_000},
-            host_bytes=8 * GIB,
-            teardown_s=5.0,
-            hidden=True,
-            user="1000",
-            listens=30000,
-            health="hung",
-            cgroup="/system.slice/docker-7d3f0a9c41be2e5f86a1c0d2b3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2.scope",
-        )
-    ]
-    return host
-
-
-# -- the matrix ----------------------------------------------------------------------------
 
 MATRIX: tuple[Scenario, ...] = (
     Scenario(

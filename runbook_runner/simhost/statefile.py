@@ -37,6 +37,7 @@ import typing
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from runbook_runner.simhost.hosts import START
 from runbook_runner.simhost.model import (
     SHM_DIR,
     SimFilesystem,
@@ -47,7 +48,6 @@ from runbook_runner.simhost.model import (
     SimShm,
     eight_gpu_server,
 )
-from runbook_runner.simhost.scenarios import START
 
 
 class StateFileError(ValueError):
