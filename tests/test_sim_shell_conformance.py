@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO
 from runbook_runner.runbook import load
 from runbook_runner.simhost import hostshell
-from runbook_runner.simhost.scenarios import SCENARIOS, START
+from runbook_runner.simhost.hosts import START
+from runbook_runner.simhost.scenarios import SCENARIOS
 from runbook_runner.simhost.sshserver import DrillHost
 from runbook_runner.simhost.utilities import SERVED
 

@@ -36,7 +36,7 @@ STATUS_CALLS = {"StepRecord": 1, "record": 0}
 ALLOWED = {
     ("runbook.py", "empty"): "the runbook format's own word: 'empty: ok' on an observation",
     ("postmortem.py", "day"): "a postmortem's date when the journal has none, not a status",
-    ("commands.py", "health"): "the simulated server's /health answer, not a check's status",
+    ("system_tools.py", "health"): "the simulated server's /health answer, not a check's status",
 }
 
 
