@@ -208,7 +208,10 @@ def print_plan(
         if settings.simulated:
             out.line("(a drill's simulated host ends with the drill: this plan is for reading)")
         else:
-            out.line(f"apply exactly this: runbook run --plan {settings.out} --approved-by NAME")
+            out.line(
+                f"apply exactly this: runbook run --plan {settings.out} --approved-by NAME "
+                "(with the SSH options given here, if any)"
+            )
     if settings.as_json:
         return _print_json(doc, plan)
     return int(plan.exit_code)
