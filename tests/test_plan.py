@@ -183,8 +183,9 @@ def test_check_run_and_the_plan_agree_on_a_goal_that_cannot_be_told(capsys, tmp_
         verb: main([verb, str(runbook), "--local", *extra])
         for verb, extra in (("check", []), ("run", []), ("plan", []))
     }
-    capsys.readouterr()
+    out = capsys.readouterr().out
     assert codes == dict.fromkeys(codes, ExitCode.CANNOT_TELL)
+    assert "the goal cannot be told" in out  # not "would stop before acting": nothing acts
 
 
 def test_the_plan_pairs_restoring_steps_names_gates_and_folds_what_cannot_run(capsys):

@@ -125,6 +125,9 @@ def lines(plan: Plan, runbook: Runbook, state: dict[str, Any], style: render.Sty
     if plan.unfixable:
         shown.append("no step fixes: " + ", ".join(plan.unfixable) + " (see the checks' hints)")
     ending = ENDING_TEXT[plan.ending]
+    stops = any(a.timing is Timing.STOPS for a in plan.actions)
+    if plan.ending is planner.Ending.CANNOT_TELL and not stops:
+        ending = "the goal cannot be told: what it reads cannot be observed (exit 6)"
     if plan.ending is planner.Ending.NEEDS_GATE:
         ending += f" ({plan.gate}; exit {int(plan.exit_code)})"
     shown.append(style(f"the plan: {ending}", "bold"))
