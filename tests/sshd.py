@@ -249,6 +249,20 @@ def _listening(port: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def started_hosts(count: int):
+    """``count`` test hosts for a fleet, each stopped afterwards (those already started too,
+    when a later one fails to start)."""
+    hosts: list[TestHost] = []
+    try:
+        for _ in range(count):
+            hosts.append(start_test_host())
+        yield hosts
+    finally:
+        for host in hosts:
+            host.stop()
+
+
 def start_test_host(extra_config: str = "", lock_dir: str | None = None) -> TestHost:
     """Start one; ``extra_config`` goes first, so it wins over the defaults (first match wins).
     ``lock_dir``: the host's $RUNBOOK_LOCK_DIR (default: the sim folder)."""

@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from sshd import start_test_host, wait_for
+from sshd import started_hosts, wait_for
 from test_interrupts import gone
 
 from runbook_runner.journal import read
@@ -46,10 +46,8 @@ steps:
 
 @pytest.fixture(scope="module")
 def four():
-    hosts = [start_test_host() for _ in range(4)]
-    yield hosts
-    for host in hosts:
-        host.stop()
+    with started_hosts(4) as hosts:
+        yield hosts
 
 
 @pytest.fixture

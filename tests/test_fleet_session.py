@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sshd import start_test_host
+from sshd import started_hosts
 
 from runbook_runner.cli import main
 from runbook_runner.exitcodes import ExitCode
@@ -45,10 +45,8 @@ steps:
 
 @pytest.fixture(scope="module")
 def pair():
-    hosts = [start_test_host() for _ in range(2)]
-    yield hosts
-    for host in hosts:
-        host.stop()
+    with started_hosts(2) as hosts:
+        yield hosts
 
 
 @pytest.fixture

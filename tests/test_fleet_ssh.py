@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from sshd import free_port, start_test_host, wait_for
+from sshd import free_port, started_hosts, wait_for
 
 from conftest import REPO
 from runbook_runner.cli import main
@@ -49,10 +49,8 @@ steps:
 
 @pytest.fixture(scope="module")
 def fleet():
-    hosts = [start_test_host() for _ in range(3)]
-    yield hosts
-    for host in hosts:
-        host.stop()
+    with started_hosts(3) as hosts:
+        yield hosts
 
 
 @pytest.fixture

@@ -323,23 +323,16 @@ def _planned(
     """One host's plan (cli/planview.py): its line says what runs first and how the run
     would end; its record is the plan's JSON document."""
     from runbook_runner.cli import planview
-    from runbook_runner.engine import Runner
 
-    allow_node_wide = getattr(args, "allow_node_wide", False)
-    looking = Runner(runbook, params, transport, allow_node_wide=allow_node_wide)
-    plan, state = planview.make(
-        runbook, params, looking, allow_reboot=args.allow_reboot, allow_node_wide=allow_node_wide
-    )
-    document = planview.document(
-        plan,
+    looked = planview.look(
         runbook,
-        state,
-        host=transport.target.label,
-        parameters=session.secret_free(runbook, params),
+        params,
+        transport,
         allow_reboot=args.allow_reboot,
-        allow_node_wide=allow_node_wide,
+        allow_node_wide=getattr(args, "allow_node_wide", False),
         asked={"runbook": str(args.runbook), "host": name, "port": None},
     )
+    plan, document = looked.plan, looked.document
     code = plan.exit_code
     record = {"ok": code == ExitCode.OK, "plan": document}
     line = "plan: " + planview.summary(plan)

@@ -221,8 +221,8 @@ def _plan_of_resumed(
         )
     saved_plan.check_runbook(approved, runbook)
     args.plan, args.approved_by = file, mark.get("approved_by")
-    for gate in ("allow_reboot", "allow_node_wide"):
-        setattr(args, gate, bool(approved.document.get("gates", {}).get(gate)))
+    for gate, granted in saved_plan.gates_for(approved, {}).items():
+        setattr(args, gate, granted)
     return approved
 
 
@@ -235,30 +235,11 @@ def _approved_plan(
     text = localfile.read_text(Path(args.plan), localfile.CONFIG_LIMIT)
     approved = saved_plan.load(text, args.plan)
     saved_plan.check_runbook(approved, runbook)
-    given = {item.split("=", 1)[0] for item in args.set or []}
-    merged = dict(params)
-    for name, value in approved.parameters.items():
-        parameter = runbook.parameters.get(name)
-        if parameter is None or parameter.secret:
-            continue
-        if name in given and params.get(name) != value:
-            raise saved_plan.PlanInvalid(
-                f"the plan was made with {name}={value!r}, and --set gives "
-                f"{params.get(name)!r}: a saved plan runs with its own parameters (make a "
-                "new plan to change them)"
-            )
-        merged[name] = value
-    gates = approved.document.get("gates", {})
-    for gate, flag in (
-        ("allow_reboot", "--allow-reboot"),
-        ("allow_node_wide", "--allow-node-wide"),
-    ):
-        if getattr(args, gate, False) and not gates.get(gate):
-            raise saved_plan.PlanInvalid(
-                f"the plan was made without {flag}: make it again with {flag} to have that "
-                "approved too"
-            )
-        setattr(args, gate, bool(gates.get(gate)))
+    given = [item.split("=", 1)[0] for item in args.set or []]
+    merged = saved_plan.parameters_for(approved, runbook, params, given)
+    asked = {gate: bool(getattr(args, gate, False)) for gate, _ in saved_plan.GATES}
+    for gate, granted in saved_plan.gates_for(approved, asked).items():
+        setattr(args, gate, granted)
     return approved, merged
 
 
@@ -282,21 +263,18 @@ def run_on_host(
         out.line(f"{runbook.name} on {host}{mode}")
         if settings.dry_run:  # the plan: one look, nothing sent that changes anything
             from runbook_runner.cli import planview
-            from runbook_runner.engine import Runner
 
-            looking = Runner(
+            looked = planview.look(
                 runbook,
                 params,
                 transport,
+                allow_reboot=settings.allow_reboot,
+                allow_node_wide=settings.allow_node_wide,
+                asked=dict(settings.asked),
                 clock=clock,
                 sleep=sleep,
-                allow_node_wide=settings.allow_node_wide,
             )
-            secret_free = session.secret_free(runbook, params)
-            label = transport.target.label
-            return planview.print_plan(
-                out, runbook, params, looking, label, secret_free, settings
-            ), None
+            return planview.print_plan(out, runbook, looked, settings), None
         approved: dict[str, Any] | None = None
         if settings.approved is not None:
             saved_plan.check_host(settings.approved, transport.target.label)

@@ -11,9 +11,13 @@ import datetime
 import json
 import os
 import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runbook_runner import session
 from runbook_runner.cli import console, render
 from runbook_runner.plan import planner, saved
 from runbook_runner.plan.planner import Action, Plan, Timing
@@ -30,15 +34,32 @@ ENDING_TEXT = {
 }
 
 
-def make(
+@dataclass(frozen=True)
+class Looked:
+    """One look at a host, the plan made on it, and the plan's JSON document."""
+
+    plan: Plan
+    state: dict[str, Any]
+    document: dict[str, Any]
+
+
+def look(
     runbook: Runbook,
     params: dict[str, Any],
-    runner: Any,
+    transport: Any,
     *,
     allow_reboot: bool,
     allow_node_wide: bool,
-) -> tuple[Plan, dict[str, Any]]:
-    """One look at the host, and the plan made on it."""
+    asked: Mapping[str, Any],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Looked:
+    """Observe the host once (nothing sent changes anything) and make the plan on it."""
+    from runbook_runner.engine import Runner
+
+    runner = Runner(
+        runbook, params, transport, clock=clock, sleep=sleep, allow_node_wide=allow_node_wide
+    )
     state = runner.observe()
     plan = planner.make_plan(
         runbook,
@@ -49,33 +70,20 @@ def make(
         allow_reboot=allow_reboot,
         allow_node_wide=allow_node_wide,
     )
-    return plan, state
-
-
-def document(
-    plan: Plan,
-    runbook: Runbook,
-    state: dict[str, Any],
-    *,
-    host: str,
-    parameters: dict[str, Any],
-    allow_reboot: bool,
-    allow_node_wide: bool,
-    asked: dict[str, Any] | None = None,
-) -> dict[str, Any]:
     made_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return saved.document(
+    document = saved.document(
         plan,
         runbook,
         state,
-        host=host,
-        parameters=parameters,
+        host=transport.target.label,
+        parameters=session.secret_free(runbook, params),
         made_at=made_at,
         gates={"allow_reboot": allow_reboot, "allow_node_wide": allow_node_wide},
         state_json=render.state_json(runbook, state),
         goal_json=[render.check_json(r, runbook) for r in plan.goal],
         asked=asked,
     )
+    return Looked(plan, state, document)
 
 
 def write(path: str, document: dict[str, Any]) -> None:
@@ -175,35 +183,11 @@ def _action_lines(number: int, action: Action) -> list[str]:
     return out
 
 
-def print_plan(
-    out: console.Output,
-    runbook: Runbook,
-    params: dict[str, Any],
-    runner: Any,
-    host: str,
-    secret_free: dict[str, Any],
-    settings: Any,
-) -> int:
-    """Observe, make the plan, print it (or its JSON), save it with ``settings.out``; the
-    exit code says how the run would end on this state."""
-    plan, state = make(
-        runbook,
-        params,
-        runner,
-        allow_reboot=settings.allow_reboot,
-        allow_node_wide=settings.allow_node_wide,
-    )
-    doc = document(
-        plan,
-        runbook,
-        state,
-        host=host,
-        parameters=secret_free,
-        allow_reboot=settings.allow_reboot,
-        allow_node_wide=settings.allow_node_wide,
-        asked=dict(settings.asked),
-    )
-    for line in lines(plan, runbook, state, out.style):
+def print_plan(out: console.Output, runbook: Runbook, looked: Looked, settings: Any) -> int:
+    """Print the plan (or its JSON), save it with ``settings.out``; the exit code says how
+    the run would end on the state it was made on."""
+    plan, doc = looked.plan, looked.document
+    for line in lines(plan, runbook, looked.state, out.style):
         out.line(line)
     if settings.out:
         write(settings.out, doc)

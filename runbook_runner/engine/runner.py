@@ -8,7 +8,6 @@ host is engine/observing.py's; waiting, engine/waiting.py's.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -249,7 +248,7 @@ class Runner(Waits):
             else {}
         )
         sent, commands = tuple(pairs), tuple(pairs.values())
-        acted = tuple(_fields(item) for item in items if item is not None)
+        acted = tuple(identity.plain_fields(item) for item in items if item is not None)
         self.on_event(StepStarting(step, number, total, commands, acted))
         if dry_run:
             return record(
@@ -379,14 +378,3 @@ def _failure_message(result: CommandResult, step: Step) -> str:
     if tail:
         message += ": " + " | ".join(line.strip() for line in tail)
     return message
-
-
-def _fields(item: Any) -> dict[str, Any]:
-    """An item's plain fields (what a journal line can hold and a resume can match on)."""
-    if not dataclasses.is_dataclass(item):
-        return {}
-    return {
-        field.name: value
-        for field in dataclasses.fields(item)
-        if isinstance(value := getattr(item, field.name), str | int | float | bool)
-    }

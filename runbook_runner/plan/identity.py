@@ -33,7 +33,9 @@ class Target:
     fields: Mapping[str, Any] = field(default_factory=dict)  # its plain observed fields
 
 
-def _plain(item: Any) -> dict[str, Any]:
+def plain_fields(item: Any) -> dict[str, Any]:
+    """An item's plain fields (what a journal line can hold, a resume can match on and a
+    saved plan identifies a target by)."""
     if not dataclasses.is_dataclass(item) or isinstance(item, type):
         return {}
     return {
@@ -64,7 +66,7 @@ def named_by(step: Step) -> str | None:
 def target(item: Any, named: str | None = None) -> Target:
     """The plan's name for ``item`` and the fields that identify it; ``named``: the field
     the step's command names, when it is a unit (a process's unit is stopped, not it)."""
-    fields = _plain(item)
+    fields = plain_fields(item)
     if named in UNIT_FIELDS and fields.get(named):
         unit = str(fields[named])
         text = visible(f"unit {unit} (for {_text(item)})", lines=False, tabs=False)

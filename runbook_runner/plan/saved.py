@@ -209,6 +209,43 @@ def check_runbook(saved: SavedPlan, runbook: Runbook) -> None:
         )
 
 
+GATES = (("allow_reboot", "--allow-reboot"), ("allow_node_wide", "--allow-node-wide"))
+
+
+def parameters_for(
+    saved: SavedPlan, runbook: Runbook, params: Mapping[str, Any], given: Iterable[str]
+) -> dict[str, Any]:
+    """The run's parameters under ``saved``: the plan's own, where ``given`` (the names the
+    command line set) may add only a secret, which the plan does not hold."""
+    named = set(given)
+    merged = dict(params)
+    for name, value in saved.parameters.items():
+        parameter = runbook.parameters.get(name)
+        if parameter is None or parameter.secret:
+            continue
+        if name in named and params.get(name) != value:
+            raise PlanInvalid(
+                f"the plan was made with {name}={value!r}, and --set gives "
+                f"{params.get(name)!r}: a saved plan runs with its own parameters (make a "
+                "new plan to change them)"
+            )
+        merged[name] = value
+    return merged
+
+
+def gates_for(saved: SavedPlan, asked: Mapping[str, bool]) -> dict[str, bool]:
+    """The gates a run under ``saved`` has: the plan's. One the command line asks for and
+    the plan was not made with is refused (it was not approved)."""
+    granted = saved.document.get("gates", {})
+    for gate, flag in GATES:
+        if asked.get(gate) and not granted.get(gate):
+            raise PlanInvalid(
+                f"the plan was made without {flag}: make it again with {flag} to have that "
+                "approved too"
+            )
+    return {gate: bool(granted.get(gate)) for gate, _ in GATES}
+
+
 def check_host(saved: SavedPlan, label: str) -> None:
     if label != saved.host:
         raise PlanInvalid(f"the plan was made for host {saved.host}, not {label}")
