@@ -9,6 +9,7 @@ import copy
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import paramiko
@@ -151,6 +152,20 @@ def both_ways(host, command: str) -> tuple[tuple[bytes, bytes, int], tuple[bytes
     assert remote == local
     assert simulated.host.to_json() == remote_state  # the same change to the host, too
     return remote, local
+
+
+def test_both_ways_see_the_hosts_clock_not_this_machines(host):
+    """What both_ways compares is what the simulation controls: the time nvidia-smi prints
+    is the host's simulated time (restored for each side), however long a side took here."""
+    simulated, _, scenario = host
+    stamps = []
+    for now in (START, START, START + 3 * 3600):
+        simulated.restore(scenario.build(), now)
+        first = simulated.run_local("nvidia-smi | head -n 1; date +%s").stdout.decode()
+        stamp, seconds = first.splitlines()
+        stamps.append(stamp.strip())
+        assert time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(int(seconds))) == stamps[-1]
+    assert stamps[0] == stamps[1] != stamps[2]
 
 
 @pytest.mark.parametrize("command", IDIOMS, ids=range(len(IDIOMS)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from runbook_runner.simhost.model import SimFilesystem, SimGpu, SimHost, SimProcess
+from runbook_runner.simhost.model import EPOCH, SimFilesystem, SimGpu, SimHost, SimProcess
 
 DRIVER_NOT_LOADED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -55,7 +55,7 @@ _APP_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu, SimProcess], str]]]
     "gpu_bus_id": ("", lambda h, g, p: g.bus_id),
     "gpu_name": ("", lambda h, g, p: g.name),
     "gpu_serial": ("", lambda h, g, p: "[N/A]"),
-    "timestamp": ("", lambda h, g, p: time.strftime("%Y/%m/%d %H:%M:%S.000")),
+    "timestamp": ("", lambda h, g, p: clock(h, "%Y/%m/%d %H:%M:%S.000")),
 }
 
 
@@ -171,9 +171,15 @@ _RULE = (
 _WIDE = "+" + "-" * 89 + "+"
 
 
+def clock(host: SimHost, layout: str, now: float | None = None) -> str:
+    """The host's clock as its tools print it (UTC): its simulated time, never this machine's,
+    so one command answers the same whenever it runs (a drill's clock moves only on a wait)."""
+    return time.strftime(layout, time.gmtime(EPOCH + host.now if now is None else now))
+
+
 def table(host: SimHost, now: float | None = None) -> str:
     """The default nvidia-smi view, in the 590-driver layout (91 columns)."""
-    stamp = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(now))
+    stamp = clock(host, "%a %b %e %H:%M:%S %Y", now)
     head = f"NVIDIA-SMI {host.driver_version}"
     driver = f"Driver Version: {host.driver_version}"
     cuda = f"CUDA Version: {host.cuda_version}"
