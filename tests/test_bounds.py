@@ -11,7 +11,6 @@ import re
 
 import pytest
 import tomllib
-import yaml
 
 from conftest import REPO
 from runbook_runner.cli import main
@@ -147,12 +146,21 @@ def test_validate_reports_each_bound_as_one_positioned_line(tmp_path, capsys, te
     assert re.search(r"big\.yaml:\d+:\d+: ", out), out
 
 
-def test_pyyaml_floor_is_a_version_without_the_merge_bomb():
-    """PyYAML 6.0.4 deduplicates merged keys (yaml/pyyaml#897); older ones expand 2**n."""
+def test_a_merge_under_the_bound_loads_as_yaml_merges_it_whatever_pyyaml_is_installed():
+    """The bound on merge keys is the loader's own (MAX_VALUES), not the installed PyYAML's:
+    before 6.0.4 PyYAML expands merged pairs 2**n times (yaml/pyyaml#897), from 6.0.4 it
+    keeps each once; with either, a document just under the bound loads as YAML 1.1 merges
+    it and one just over it is the positioned error (not the version installed here)."""
+    under, problems = yamlsource.load(_merge_bomb(levels=14))  # 2 * (2**15 - 1) merged pairs
+    assert problems == []
+    assert under.data["target"] == {"k0_0": "v0", **{f"k{n}": "v" for n in range(1, 15)}}
+    _, problems = yamlsource.load(_merge_bomb(levels=15))  # 2 * (2**16 - 1): over 100,000
+    assert [p.message for p in problems] == [
+        "merge keys (<<) expand this mapping to more than 100,000 values"
+    ]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     floor = next(d for d in project["project"]["dependencies"] if d.startswith("PyYAML"))
-    assert floor.startswith("PyYAML>=6.0.4")
-    assert tuple(int(p) for p in yaml.__version__.split(".")[:3]) >= (6, 0, 4)
+    assert floor.startswith("PyYAML>=6.0.4")  # the floor we ask for: linear merges
 
 
 def test_a_parameter_pattern_that_backtracks_is_refused_not_run_for_minutes():
