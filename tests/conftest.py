@@ -110,7 +110,7 @@ def connect(gpu_host):
             "user": gpu_host.user,
             "identity_files": [str(gpu_host.client_key)],
             "known_hosts": gpu_host.known_hosts,
-            "connect_timeout": 5.0,
+            "connect_timeout": 30.0,  # a loaded machine's handshake can take seconds
         }
         options.update(overrides)
         transport = SshTransport(resolve_target("127.0.0.1", **options)).connect()

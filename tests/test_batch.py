@@ -97,17 +97,19 @@ def test_each_command_has_its_own_timeout_and_alone_ones_run_after_the_others():
 
 # -- over the real sshd --------------------------------------------------------------------------
 
+# Timeouts far beyond what each needs (a loaded machine is slow), but the one ended by its
+# timeout: it prints at once, then sleeps far longer than the 3 s it is given.
 ODD_COMMANDS = [
-    BatchCommand("echo out; echo err >&2", 5),
-    BatchCommand(r"printf '\000\377\376\nbin\r\n'", 5),  # binary output, not UTF-8
-    BatchCommand("echo failing >&2; exit 3", 5),
-    BatchCommand("no-such-command-rbr --flag", 5),  # the shell's own error, exit 127
-    BatchCommand("echo before; sleep 30; echo after", 0.5),  # ended by its timeout
-    BatchCommand("echo 'rbr-0123 1 0 0 0'; printf 'no newline'", 5),
-    BatchCommand("nvidia-smi --query-gpu=index,name,memory.used --format=csv", 10),
-    BatchCommand("id -un", 5, as_root=True),  # through sudo -n: refused for the test user
-    BatchCommand("head -c 300000 /dev/zero | tr '\\0' y; head -c 5000 /dev/zero >&2", 5),
-    BatchCommand("echo alone", 5, alone=True),
+    BatchCommand("echo out; echo err >&2", 60),
+    BatchCommand(r"printf '\000\377\376\nbin\r\n'", 60),  # binary output, not UTF-8
+    BatchCommand("echo failing >&2; exit 3", 60),
+    BatchCommand("no-such-command-rbr --flag", 60),  # the shell's own error, exit 127
+    BatchCommand("echo before; sleep 600; echo after", 3),  # ended by its timeout
+    BatchCommand("echo 'rbr-0123 1 0 0 0'; printf 'no newline'", 60),
+    BatchCommand("nvidia-smi --query-gpu=index,name,memory.used --format=csv", 60),
+    BatchCommand("id -un", 60, as_root=True),  # through sudo -n: refused for the test user
+    BatchCommand("head -c 300000 /dev/zero | tr '\\0' y; head -c 5000 /dev/zero >&2", 60),
+    BatchCommand("echo alone", 60, alone=True),
 ]
 
 
@@ -135,26 +137,29 @@ def test_run_many_gives_byte_identical_results_to_one_channel_per_command(connec
 
 
 def test_commands_of_a_set_run_at_the_same_time_unless_alone(connect, tmp_path):
-    """Two commands that each wait for the other's mark: both succeed only when run together."""
+    """Two commands that each wait for the other's mark: both succeed only when run together.
+    Together, each waits up to 60 s for the other (it comes at once, however slow the
+    machine); alone, the first gives up after 5 s: the second cannot start before it ends."""
     transport = connect()
     folder = f"/tmp/rbr-batch-{tmp_path.name}"
 
     def meet(me: str, other: str, *, alone: bool = False) -> BatchCommand:
+        tries = 100 if alone else 1200  # of 0.05 s
         command = (
             f"mkdir -p {folder}; touch {folder}/{me}; i=0; "
-            f"while [ ! -e {folder}/{other} ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
+            f"while [ ! -e {folder}/{other} ] && [ $i -lt {tries} ]; do sleep 0.05; i=$((i+1)); done; "
             f"[ -e {folder}/{other} ]"
         )
-        return BatchCommand(command, 20, alone=alone)
+        return BatchCommand(command, 120, alone=alone)
 
     try:
         together = transport.run_many([meet("a", "b"), meet("b", "a")])
         assert [r.exit_status for r in together] == [0, 0]
-        transport.run(f"rm -rf {folder}", 5)
+        transport.run(f"rm -rf {folder}", 60)
         apart = transport.run_many([meet("a", "b", alone=True), meet("b", "a", alone=True)])
         assert [r.exit_status for r in apart] == [1, 0]
     finally:
-        transport.run(f"rm -rf {folder}", 5)
+        transport.run(f"rm -rf {folder}", 60)
 
 
 class Counting:
@@ -315,8 +320,8 @@ def test_a_host_that_refuses_the_script_is_not_asked_again_on_that_connection(co
 
     transport._open_channel = opening  # type: ignore[method-assign]
     # A PATH without timeout(1): the script exits 97 and the commands run one by one.
-    commands = [BatchCommand(f"PATH=/nonexistent; echo {i}", 5) for i in range(2)]
-    transport.run(": warm", 5)
+    commands = [BatchCommand(f"PATH=/nonexistent; echo {i}", 60) for i in range(2)]
+    transport.run(": warm", 60)
     sent.clear()
     real_script = batch.script
     try:

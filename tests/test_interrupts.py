@@ -2,6 +2,8 @@
 
 The signal goes to the test's own subprocess (the CLI) only; the remote command is a real
 ``sleep`` started over SSH by the test user, whose end the test observes through /proc.
+The sleep lasts 600 s and every wait is at most 120 s: a run that waited for the sleep to end
+on its own fails, and a machine ten times slower than usual still passes.
 """
 
 from __future__ import annotations
@@ -52,12 +54,12 @@ def signal_mid_run(
     try:
         pid = int(
             wait_for(
-                lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the remote PID"
+                lambda: pid_file.exists() and pid_file.read_text().strip(), 120, "the remote PID"
             )
         )
         assert not gone(pid)
         runner.send_signal(signum)
-        out, err = runner.communicate(timeout=30)
+        out, err = runner.communicate(timeout=120)  # far from the sleep's 600 s
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -89,18 +91,18 @@ goal: [never]
 steps:
   - id: sleep
     title: Sleep on the host
-    run: 'sleep 60 & echo $! > {pid_file}; wait'
+    run: 'sleep 600 & echo $! > {pid_file}; wait'
     destructive: true
     fixes: goal
     affects: process
-    timeout: 120
+    timeout: 900
 """
     )
     pid, returncode, out, err = signal_mid_run(gpu_host, runbook, pid_file, signum)
     assert returncode == code, out + err
     assert f"interrupted ({signal.Signals(signum).name})" in err
     assert "ended on the host" in err
-    wait_for(lambda: gone(pid), 10, "the remote command to end")
+    wait_for(lambda: gone(pid), 120, "the remote command to end")
     (path,) = run_journals_in_tmp.glob("*.jsonl")
     end = read(path).events[-1]
     assert end["event"] == "run-end"
@@ -125,9 +127,9 @@ title: An observation that takes its time
 summary: For the interrupt tests.
 observations:
   slow:
-    command: 'sh -c ''echo $$ > {pid_file}; exec sleep 60'''
+    command: 'sh -c ''echo $$ > {pid_file}; exec sleep 600'''
     parser: lines
-    timeout: 120
+    timeout: 900
   quick:
     command: echo quick
     parser: lines
@@ -145,7 +147,7 @@ steps:
     )
     pid, returncode, out, err = signal_mid_run(gpu_host, runbook, pid_file, signal.SIGTERM)
     assert returncode == 143, out + err
-    wait_for(lambda: gone(pid), 10, "the batched observation to end on the host")
+    wait_for(lambda: gone(pid), 120, "the batched observation to end on the host")
 
 
 def test_the_group_clean_up_never_signals_group_1_whatever_ps_prints():

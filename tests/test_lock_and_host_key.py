@@ -1,5 +1,8 @@
 """Locks that fail closed, and a changed host key on reconnect reported as such
-(issue 15, items 8 and 9). Each test has an sshd of its own: they change its setup."""
+(issue 15, items 8 and 9). Each test has an sshd of its own: they change its setup.
+
+A step held by the test has a 600 s timeout and the test's waits are 120 to 300 s: what each
+test checks (the error, the lock's owner) does not depend on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ steps:
     destructive: true
     fixes: goal
     affects: process
-    timeout: 60
+    timeout: 600
 """
     )
     return path
@@ -116,10 +119,10 @@ def test_a_host_key_changed_on_reconnect_is_reported_as_such(
         stdin=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        wait_for(lambda: (sim / "inflight").exists(), 120, "the step to be in flight")
         host.change_host_key()
         host.drop_and_restart()  # the connection drops; the server comes back with another key
-        out, err = runner.communicate(timeout=60)
+        out, err = runner.communicate(timeout=300)
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -156,8 +159,8 @@ steps:
     destructive: true
     fixes: goal
     affects: process
-    timeout: 60
-    wait: {{until: [is-released], interval: 0.2, timeout: 30}}
+    timeout: 600
+    wait: {{until: [is-released], interval: 0.2, timeout: 300}}
 """
     )
     return path
@@ -186,10 +189,10 @@ def test_a_dead_runs_lock_is_free_for_the_next_run_which_records_whose_it_took(
     runbook = _holding_runbook(tmp_path, sim)
     first = _start(runbook, gpu_host)
     try:
-        wait_for(lambda: (sim / "inflight").exists(), 30, "the first run's step")
+        wait_for(lambda: (sim / "inflight").exists(), 120, "the first run's step")
         assert _flock_held(gpu_host)
         first.kill()  # SIGKILL: no cleanup; its connection drops with it
-        first.wait(timeout=10)
+        first.wait(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()
@@ -207,7 +210,7 @@ def test_a_dead_runs_lock_is_free_for_the_next_run_which_records_whose_it_took(
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
         check=False,
         stdin=subprocess.DEVNULL,
     )
@@ -223,12 +226,12 @@ def test_the_lock_is_taken_again_after_a_reconnect(gpu_host, tmp_path, run_journ
     runbook = _holding_runbook(tmp_path, sim)
     runner = _start(runbook, gpu_host)
     try:
-        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        wait_for(lambda: (sim / "inflight").exists(), 120, "the step to be in flight")
         assert _flock_held(gpu_host)
         gpu_host.drop_and_restart()  # the holder on the host dies with the connection
-        wait_for(lambda: _flock_held(gpu_host), 30, "the lock to be taken again")
+        wait_for(lambda: _flock_held(gpu_host), 120, "the lock to be taken again")
         (sim / "released").touch()
-        out, err = runner.communicate(timeout=60)
+        out, err = runner.communicate(timeout=300)
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -243,12 +246,12 @@ def test_a_lock_taken_by_another_run_while_reconnecting_stops_the_run(
     runbook = _holding_runbook(tmp_path, sim)
     runner = _start(runbook, gpu_host)
     try:
-        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        wait_for(lambda: (sim / "inflight").exists(), 120, "the step to be in flight")
         other = {"operator": "alice", "run": "OTHER-RUN", "client": "elsewhere"}
         (sim / "runbook-runner.lock" / "owner").write_text(json.dumps(other))  # --break-lock'ed
         gpu_host.drop_and_restart()
         (sim / "released").touch()
-        out, err = runner.communicate(timeout=60)
+        out, err = runner.communicate(timeout=300)
     finally:
         if runner.poll() is None:
             runner.kill()

@@ -31,9 +31,10 @@ def test_server_alive_count_max_ends_a_silent_connection(gpu_host, tmp_path):
     raw = transport._client.get_transport()
     relay = raw.sock.process  # our own ProxyCommand process (the shell exec'd it)
     try:
-        assert transport.run("echo alive", timeout=5).stdout == "alive\n"
+        assert transport.run("echo alive", timeout=60).stdout == "alive\n"
         os.kill(relay.pid, signal.SIGSTOP)  # the path to the host goes silent
-        wait_for(lambda: not raw.is_active(), 15, "the keepalive to end the silent connection")
+        # 2 keepalives unanswered, 1 s apart: a few seconds; without them, never
+        wait_for(lambda: not raw.is_active(), 60, "the keepalive to end the silent connection")
     finally:
         os.kill(relay.pid, signal.SIGKILL)
         transport.close()

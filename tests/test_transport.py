@@ -36,8 +36,8 @@ def test_five_mib_on_both_streams_does_not_hang_and_keeps_the_tail(connect):
         "head -c 5242880 /dev/zero | tr '\\0' o; echo END; "
         "head -c 5242880 /dev/zero | tr '\\0' e >&2; echo ERR-END >&2"
     )
-    started = time.monotonic()
-    result = transport.run(command, timeout=60, output_limit=64 * 1024)
+    result = transport.run(command, timeout=600, output_limit=64 * 1024)
+    assert not result.timed_out  # a hang is a wait until the timeout
     assert result.exit_status == 0
     assert result.stdout_size == 5 * 1024 * 1024 + 4
     assert result.stderr_size == 5 * 1024 * 1024 + 8
@@ -45,7 +45,6 @@ def test_five_mib_on_both_streams_does_not_hang_and_keeps_the_tail(connect):
     assert result.stdout.endswith("oooEND\n")
     assert result.stderr.endswith("eeeERR-END\n")
     assert result.truncated
-    assert time.monotonic() - started < 30
 
 
 def test_timeout_ends_the_command_on_the_host_too(connect):
@@ -56,16 +55,16 @@ def test_timeout_ends_the_command_on_the_host_too(connect):
     child = int(result.stdout.split()[0])
 
     def gone() -> bool:
-        return transport.run(f"kill -0 {child}", timeout=5).exit_status != 0
+        return transport.run(f"kill -0 {child}", timeout=30).exit_status != 0
 
-    wait_for(gone, 10, f"the remote sleep {child} to be ended")
+    wait_for(gone, 60, f"the remote sleep {child} to be ended")  # far from its 300 s
 
 
 def test_one_connection_serves_many_commands(connect, gpu_host):
     before = gpu_host.logins()
     transport = connect()
     for number in range(20):
-        assert transport.run(f"echo {number}", timeout=5).stdout == f"{number}\n"
+        assert transport.run(f"echo {number}", timeout=30).stdout == f"{number}\n"
     assert gpu_host.logins() - before == 1
 
 
@@ -117,7 +116,7 @@ def test_wrong_port_fails_fast_as_unreachable(connect):
     started = time.monotonic()
     with pytest.raises(Unreachable, match="connection refused"):
         connect(port=free_port())
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # not at the 30 s ConnectTimeout
 
 
 def test_wrong_key_is_an_authentication_failure(connect, tmp_path):
@@ -152,7 +151,7 @@ def test_encrypted_key_with_its_passphrase_from_the_prompt(gpu_host, tmp_path):
             target, lambda prompt: asked.append(prompt) or "correct horse"
         ).connect()
         with transport:
-            assert transport.run("echo in", timeout=5).stdout == "in\n"
+            assert transport.run("echo in", timeout=30).stdout == "in\n"
         assert len(asked) == 1
     finally:
         authorized.write_text(original)
@@ -173,7 +172,7 @@ def test_ssh_config_supplies_hostname_user_port_and_key(gpu_host, tmp_path):
         gpu_host.user,
     )
     with SshTransport(target).connect() as transport:
-        assert transport.run("echo via-config", timeout=5).stdout == "via-config\n"
+        assert transport.run("echo via-config", timeout=30).stdout == "via-config\n"
 
 
 def test_proxy_jump_through_a_second_sshd(gpu_host, tmp_path):
@@ -195,7 +194,7 @@ def test_proxy_jump_through_a_second_sshd(gpu_host, tmp_path):
         )
         target = resolve_target("target", known_hosts=known, ssh_config=config)
         with SshTransport(target).connect() as transport:
-            assert transport.run("echo through", timeout=5).stdout == "through\n"
+            assert transport.run("echo through", timeout=30).stdout == "through\n"
         assert f"target 127.0.0.1 port {gpu_host.port}" in jump.log()
     finally:
         jump.stop()
@@ -225,7 +224,7 @@ def test_a_server_that_never_speaks_ssh_times_out_as_unreachable(tmp_path):
         started = time.monotonic()
         with pytest.raises(Unreachable, match="SSH handshake failed"):
             SshTransport(target).connect()
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 1 + 10  # not paramiko's own 15 s banner wait
     finally:
         listener.close()
         for conn, _ in accepted:
