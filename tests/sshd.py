@@ -200,7 +200,7 @@ class TestHost:
             self.process = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")], stdout=log, stderr=log
             )
-        wait_for(lambda: _listening(self.port), 10, "sshd to listen again")
+        wait_for(lambda: _listening(self.port), 60, "sshd to listen again")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -336,7 +336,7 @@ SetEnv PATH={path} RBR_SIM_STATE={sim / "state.json"} RBR_SIM_LOG={sim / "calls.
         except OSError:
             return False
 
-    wait_for(listening, 10, "sshd to listen")
+    wait_for(listening, 60, "sshd to listen")
     known_hosts = root / "known_hosts"
     key_type, key_data = host_public.split()[:2]
     known_hosts.write_text(f"[127.0.0.1]:{port} {key_type} {key_data}\n")

@@ -29,7 +29,7 @@ def run_js(function: str, cases: list[dict]) -> list[dict]:
         f"process.stdout.write(JSON.stringify(cases.map(c => s.{function}(c))));"
     )
     done = subprocess.run(
-        [NODE, "-e", script], capture_output=True, text=True, timeout=30, check=True
+        [NODE, "-e", script], capture_output=True, text=True, timeout=120, check=True
     )
     return json.loads(done.stdout)
 

@@ -453,7 +453,7 @@ def test_each_host_has_its_own_lock_a_locked_host_is_its_own_outcome(fleet, file
     try:
         wait_for(
             lambda: subprocess.run(["flock", "-n", str(lock / "alive"), "true"]).returncode == 1,
-            10,
+            60,
             "the holder to take the lock",
         )
         code, out, _ = cli(

@@ -59,7 +59,7 @@ class Sim:
 
     def stop(self) -> tuple[int, str]:
         self.process.send_signal(signal.SIGINT)
-        code = self.process.wait(timeout=30)
+        code = self.process.wait(timeout=120)
         return code, self.process.stderr.read()  # type: ignore[union-attr]
 
 

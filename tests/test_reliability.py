@@ -47,7 +47,7 @@ steps:
   - id: slow
     title: Maybe slow
     run: '{slow_step}'
-    timeout: 60
+    timeout: 600  # the tests hold it while they act: far longer than any of their waits
   - id: last
     title: Last
     run: echo last
@@ -145,9 +145,9 @@ def test_sigkill_mid_step_then_resume_finishes_without_redoing_steps(
             paths = list(run_journals_in_tmp.glob("*.jsonl"))
             return bool(paths) and '"event": "step-start", "id": "slow"' in paths[0].read_text()
 
-        wait_for(in_slow_step, 30, "the run to reach its slow step")
+        wait_for(in_slow_step, 120, "the run to reach its slow step")
         runner.send_signal(signal.SIGKILL)
-        runner.wait(timeout=10)
+        runner.wait(timeout=60)
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -164,7 +164,7 @@ def test_sigkill_mid_step_then_resume_finishes_without_redoing_steps(
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=300,
         check=False,
     )
     assert resumed.returncode == ExitCode.OK, resumed.stdout + resumed.stderr
@@ -209,7 +209,7 @@ def test_two_destructive_runs_on_one_host_exactly_one_proceeds(
             lambda: any(
                 '"event": "lock"' in p.read_text() for p in run_journals_in_tmp.glob("*.jsonl")
             ),
-            30,
+            120,
             "the first run to take the lock",
         )
         second = subprocess.run(
@@ -217,11 +217,11 @@ def test_two_destructive_runs_on_one_host_exactly_one_proceeds(
             capture_output=True,
             text=True,
             env=env,
-            timeout=60,
+            timeout=300,
             check=False,
         )
         (sim / "release").touch()
-        first_out, first_err = first.communicate(timeout=60)
+        first_out, first_err = first.communicate(timeout=300)
     finally:
         if first.poll() is None:
             first.kill()
@@ -255,8 +255,8 @@ steps:
   - id: hold
     title: Hold until released
     run: 'echo x >> {sim}/sent; touch {sim}/inflight; while [ ! -e {sim}/released ]; do sleep 0.05; done'
-    timeout: 60
-    wait: {{until: [is-released], interval: 0.2, timeout: 20}}
+    timeout: 600
+    wait: {{until: [is-released], interval: 0.2, timeout: 300}}
   - id: after
     title: After
     run: echo after
@@ -271,11 +271,11 @@ steps:
         env=env,
     )
     try:
-        wait_for(lambda: (sim / "inflight").exists(), 30, "the step to be in flight")
+        wait_for(lambda: (sim / "inflight").exists(), 120, "the step to be in flight")
         before = gpu_host.logins()
         gpu_host.drop_and_restart()  # as a reboot would: the connection drops, sshd comes back
         (sim / "released").touch()
-        out, _ = runner.communicate(timeout=90)
+        out, _ = runner.communicate(timeout=300)
     finally:
         if runner.poll() is None:
             runner.kill()

@@ -79,7 +79,7 @@ def settle(host):
         host.ssh("nvidia-smi -L > /dev/null")
         return not host.state().processes
 
-    wait_for(settled, 10, "the killed server processes to be gone")
+    wait_for(settled, 60, "the killed server processes to be gone")
 
 
 def only_a_reboot_helps(host):

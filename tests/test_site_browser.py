@@ -88,7 +88,7 @@ def browser():
     driver.quit()
 
 
-def wait(driver, condition, timeout=15):
+def wait(driver, condition, timeout=60):  # a loaded machine renders slowly
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)

@@ -117,7 +117,7 @@ def lab(sshd_host, tmp_path_factory):
                 == 0
             )
 
-        wait_for(added, 10, "ssh-agent to take the key")
+        wait_for(added, 60, "ssh-agent to take the key")
         yield Lab(
             folder,
             sshd_host.port,
@@ -484,7 +484,7 @@ def _ssh_g(case: Case, config: Path, values: dict[str, str]) -> dict[str, list[s
     if case.port:
         argv += ["-p", case.port.format(**values)]
     argv += [*_o_and_j(case, values), case.host.format(**values)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     return parse_ssh_g(done.stdout) if done.returncode == 0 else {}
 
 

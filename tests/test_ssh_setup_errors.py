@@ -99,7 +99,7 @@ def test_an_encrypted_key_in_the_agent_needs_no_passphrase(gpu_host, tmp_path, m
     try:
         from sshd import wait_for
 
-        wait_for(sock.exists, 10, "ssh-agent")
+        wait_for(sock.exists, 60, "ssh-agent")
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         plain = tmp_path / "plain"
         shutil.copy(key, plain)
