@@ -12,10 +12,13 @@ by its PID."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,23 @@ class Cluster:
         wait_for(lambda: self.checks_done() >= target, 180, f"{count} health checks to run")
 
 
+@contextlib.contextmanager
+def _health_checks_ended(pids: Path) -> Iterator[None]:
+    """slurmd starts each health check in a process group of its own, and stopping slurmd
+    leaves a running one behind: end those groups, by the PIDs the wrapper wrote."""
+    try:
+        yield
+    finally:
+        for line in pids.read_text().split() if pids.exists() else []:
+            try:
+                cmdline = Path(f"/proc/{line}/cmdline").read_bytes()
+            except OSError:
+                continue  # ended
+            if str(pids.parent / "health-check").encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(line), signal.SIGKILL)
+
+
 @pytest.fixture
 def cluster(tmp_path):
     for sub in ("munge", "state", "spool", "log", "textfile"):
@@ -91,8 +111,9 @@ def cluster(tmp_path):
     exports = " ".join(f"{key}='{value}'" for key, value in env.items())
     wrapper.write_text(
         f"""#!/bin/sh
+echo $$ >> {tmp_path / "health-pids"}
 exec 9>{tmp_path / "health.lock"}
-flock 9
+flock --nonblock 9 || exit 0  # one at a time: a check still running is not queued behind
 export {exports} RUNBOOK_HEALTH_PROMETHEUS='{tmp_path / "textfile" / "runbook.prom"}'
 {SCRIPT}
 echo end >> {tmp_path / "health-runs"}
@@ -133,7 +154,7 @@ PartitionName=test Nodes={NODE} Default=YES State=UP
     )
     key = tmp_path / "munge" / "munge.key"
     subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, timeout=30)
-    with daemons(tmp_path / "log") as started:
+    with _health_checks_ended(tmp_path / "health-pids"), daemons(tmp_path / "log") as started:
         started.start(
             "munged",
             [
