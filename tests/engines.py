@@ -107,7 +107,9 @@ def standin_env(root: Path, host: SimHost) -> dict[str, str]:
         )
         wrapper.chmod(0o755)
     runbook = bin_dir / "runbook"
-    runbook.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m runbook_runner "$@"\n')
+    runbook.write_text(
+        f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m runbook_runner "$@"\n'
+    )
     runbook.chmod(0o755)
     host.save(sim / "state.json")
     return {

@@ -102,8 +102,17 @@ scrape_configs:
         )
         # The runbook's file, written by the CLI into the collector's folder...
         done = subprocess.run(
-            [sys.executable, "-m", "runbook_runner", "check", "gpu-node-health", "--local",
-             "--json", "--prometheus", str(textfile / "runbook.prom")],
+            [
+                sys.executable,
+                "-m",
+                "runbook_runner",
+                "check",
+                "gpu-node-health",
+                "--local",
+                "--json",
+                "--prometheus",
+                str(textfile / "runbook.prom"),
+            ],
             env={**env, "PYTHONPATH": str(REPO)},
             capture_output=True,
             text=True,
@@ -113,7 +122,9 @@ scrape_configs:
         report = json.loads(done.stdout)
         assert sorted(p.name for p in textfile.iterdir()) == ["runbook.prom"]  # no temp left
         # ... and one with host text the format must escape, as render() writes it.
-        hostile = prometheus.HostResult(HOSTILE, "failing", 1, 0.5, (("no-xid-since-boot", "failing"),))
+        hostile = prometheus.HostResult(
+            HOSTILE, "failing", 1, 0.5, (("no-xid-since-boot", "failing"),)
+        )
         outcomes = ("ok", "failing")
         (textfile / "escaped.prom").write_text(
             prometheus.render("escape-test", [hostile], outcomes, 1_800_000_000.0)
@@ -127,12 +138,12 @@ scrape_configs:
         series = wait_for(
             status_series,
             120,
-            lambda: "runbook_check_status through Prometheus's API; node_exporter said: "
-            + started.log("node-exporter"),
+            lambda: (
+                "runbook_check_status through Prometheus's API; node_exporter said: "
+                + started.log("node-exporter")
+            ),
         )
-        got = {
-            (s["metric"]["check"], s["metric"]["status"]): s["value"][1] for s in series
-        }
+        got = {(s["metric"]["check"], s["metric"]["status"]): s["value"][1] for s in series}
         expected = {
             (c["name"], state): "1" if c["status"] == state else "0"
             for c in report["checks"]
@@ -145,11 +156,14 @@ scrape_configs:
         assert {s["metric"]["job"] for s in series} == {"node"}
 
         (code,) = wait_for(
-            lambda: query(prom_port, 'runbook_host_exit_code{runbook="gpu-node-health"}'), 60,
+            lambda: query(prom_port, 'runbook_host_exit_code{runbook="gpu-node-health"}'),
+            60,
             "runbook_host_exit_code",
         )
         assert code["value"][1] == "1"
-        (error,) = wait_for(lambda: query(prom_port, "node_textfile_scrape_error"), 60, "scrape error")
+        (error,) = wait_for(
+            lambda: query(prom_port, "node_textfile_scrape_error"), 60, "scrape error"
+        )
         assert error["value"][1] == "0", started.log("node-exporter")
 
         # The hostile host name comes back from Prometheus exactly as it was.
@@ -238,7 +252,8 @@ def test_the_file_is_replaced_whole_never_written_in_place(tmp_path, monkeypatch
     metrics.write(str(target), "rb", [result], "runbook check")
     ((source, destination),) = seen
     assert Path(source).parent == tmp_path
-    assert Path(source).name.startswith(".") and not source.endswith(".prom")
+    assert Path(source).name.startswith(".")
+    assert not source.endswith(".prom")
     assert destination == str(target)
     assert 'runbook_check_status{runbook="rb",host="gpu1",check="c",status="ok"} 1' in (
         target.read_text()

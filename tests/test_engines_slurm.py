@@ -191,12 +191,15 @@ def drained(node: dict[str, str]) -> bool:
 def test_a_failing_check_drains_and_a_passing_one_resumes_only_its_own_drain(cluster):
     # A GPU fell off the bus: the node is drained with the failing check's one line.
     node = wait_for(
-        lambda: (n := cluster.node()) and drained(n) and n, 180, lambda: f"a drain: {cluster.node()}"
+        lambda: (n := cluster.node()) and drained(n) and n,
+        180,
+        lambda: f"a drain: {cluster.node()}",
     )
     assert node["Reason"].startswith(
         "runbook: gpu-node-health: no-xid-since-boot: Xid 79 on 0000:48:00 (RESTART_BM"
     ), node
-    assert "\n" not in node["Reason"] and len(node["Reason"]) <= 230
+    assert "\n" not in node["Reason"]
+    assert len(node["Reason"]) <= 230
     assert "runbook_check_status" in (cluster.root / "textfile" / "runbook.prom").read_text()
 
     # Healthy again: the script resumes the node it drained.
@@ -211,13 +214,15 @@ def test_a_failing_check_drains_and_a_passing_one_resumes_only_its_own_drain(clu
     cluster.scontrol("update", f"nodename={NODE}", "state=drain", "reason=ops: waiting for RMA")
     cluster.wait_checks(2)
     node = cluster.node()
-    assert drained(node) and node["Reason"] == "ops: waiting for RMA", node
+    assert drained(node), node
+    assert node["Reason"] == "ops: waiting for RMA", node
 
     # Failing while a person holds it: their reason is not overwritten.
     set_host(cluster.env, xid_79())
     cluster.wait_checks(2)
     node = cluster.node()
-    assert drained(node) and node["Reason"] == "ops: waiting for RMA", node
+    assert drained(node), node
+    assert node["Reason"] == "ops: waiting for RMA", node
 
     # The person resumes it; the check, still failing, drains it with its own reason.
     cluster.scontrol("update", f"nodename={NODE}", "state=resume")

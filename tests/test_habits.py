@@ -31,9 +31,7 @@ def cli(capsys, *argv):
 
 @pytest.mark.parametrize("text", [INI, INI_NO_GROUP, YAML], ids=["ini", "ini-no-group", "yaml"])
 @pytest.mark.parametrize("verb", ["run", "check", "plan"])
-def test_dash_i_with_an_inventory_names_the_option_it_was_meant_for(
-    verb, text, tmp_path, capsys
-):
+def test_dash_i_with_an_inventory_names_the_option_it_was_meant_for(verb, text, tmp_path, capsys):
     inventory = tmp_path / "hosts"
     inventory.write_text(text)
     code, out, err = cli(capsys, verb, "gpu-oom-recovery", "-i", str(inventory), "--host", "h")
@@ -47,9 +45,7 @@ def test_dash_i_with_an_inventory_names_the_option_it_was_meant_for(
 
 def test_a_key_file_is_not_taken_for_an_inventory(tmp_path):
     key = tmp_path / "id_ed25519"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
-    )
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     assert not looks_like_inventory(key.read_bytes())
     assert not looks_like_inventory(Path(f"{key}.pub").read_bytes())
     assert not looks_like_inventory(b"")
@@ -94,7 +90,8 @@ def test_dash_w_checks_the_hosts_of_the_node_set(gpu_host, capsys):
     where[where.index("--host")] = "-w"
     code, out, err = cli(capsys, "check", "gpu-node-health", *where, "--jsonl")
     assert code == ExitCode.OK, err
-    assert '"host": "127.0.0.1"' in out and '"outcome": "ok"' in out
+    assert '"host": "127.0.0.1"' in out
+    assert '"outcome": "ok"' in out
 
 
 # Completion --------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from runbook_runner.errors import UsageError
+from runbook_runner.errors import RunbookRunnerError, UsageError
 
 _KEY_MARKS = (b"PRIVATE KEY-----", b"PuTTY-User-Key-File", b"ssh-", b"ecdsa-", b"sk-ssh-")
 _INI_GROUP = re.compile(r"\[[A-Za-z0-9_.:-]+\]\Z")
@@ -101,9 +101,7 @@ def runbook_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> lis
     return [name for name in Catalog(tuple(folders)).paths() if name.startswith(prefix)]
 
 
-def parameter_settings(
-    prefix: str, parsed_args: argparse.Namespace, **_: Any
-) -> dict[str, str]:
+def parameter_settings(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> dict[str, str]:
     """``NAME=`` for each parameter of the runbook already on the command line, with its
     description (zsh shows it) and default."""
     chosen = getattr(parsed_args, "runbook", None)
@@ -115,7 +113,7 @@ def parameter_settings(
     folders = search_path(getattr(parsed_args, "runbooks", None), os.environ)
     try:
         runbook = load(Catalog(tuple(folders)).find(chosen))
-    except Exception:  # noqa: BLE001 - a runbook that does not load completes nothing
+    except (RunbookRunnerError, OSError):  # a runbook that does not load completes nothing
         return {}
     return {
         f"{name}=": f"{spec.description} (default {spec.default})"
@@ -138,9 +136,9 @@ SHELLS = ("bash", "zsh")
 
 def shell_code(shell: str) -> str:
     """The code a shell sources to complete ``runbook``: ``eval "$(runbook completion bash)"``."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    return str(argcomplete.shellcode(["runbook"], shell=shell))
+    return str(shellcode(["runbook"], shell=shell))
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

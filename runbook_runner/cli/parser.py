@@ -265,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     habits.attach(
         [
             show.add_argument(
-                "runbook", metavar="NAME", nargs="?", help="runbook name, or a path to its YAML file"
+                "runbook",
+                metavar="NAME",
+                nargs="?",
+                help="runbook name, or a path to its YAML file",
             )
         ],
         habits.runbook_names,
@@ -404,7 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
     habits.attach(
-        [drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")],
+        [
+            drill.add_argument(
+                "runbook", metavar="NAME", help="runbook name, or a path to its YAML file"
+            )
+        ],
         habits.runbook_names,
     )
     drill.add_argument(
