@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from runbook_runner.cli import habits
 from runbook_runner.cli.parser import AUTO_WORKERS_FROM, build_parser
 from runbook_runner.errors import UsageError
 from runbook_runner.exitcodes import ExitCode
@@ -70,6 +71,7 @@ def _ask_become_pass(args: argparse.Namespace, prog: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    habits.refuse_inventory_as_identity(args, "runbook check")
     _ask_become_pass(args, "runbook check")
     if _is_fleet(args):
         from runbook_runner.cli.fleet_check import fleet_check
@@ -118,6 +120,8 @@ def _from_plan(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    habits.refuse_ansible_check(args)
+    habits.refuse_inventory_as_identity(args, f"runbook {getattr(args, 'command', None) or 'run'}")
     if getattr(args, "out", None) and _is_fleet(args):
         raise UsageError(
             "--out saves one host's plan: name one --host (a fleet's plans are in --json)",
@@ -182,6 +186,7 @@ def entry() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    habits.complete_if_asked(parser)  # only when the shell asks (argcomplete's protocol)
     try:
         args = parser.parse_args(argv)
         if getattr(args, "handler", None) is None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from runbook_runner import __version__, exitcodes
+from runbook_runner.cli import habits
 from runbook_runner.errors import UsageError
 
 EPILOG = f"""\
@@ -34,13 +35,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_host_options(sub: argparse.ArgumentParser, *, runbook_optional: bool = False) -> None:
-    sub.add_argument(
+    named = sub.add_argument(
         "runbook",
         metavar="NAME",
         nargs="?" if runbook_optional else None,
         help="runbook name, or a path to its YAML file"
         + (" (with --plan: the plan's)" if runbook_optional else ""),
     )
+    habits.attach([named], habits.runbook_names)
     sub.add_argument("--host", help="HOST, USER@HOST, or a Host of ~/.ssh/config")
     sub.add_argument(
         "--local",
@@ -107,9 +109,10 @@ def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
     fleet = sub.add_argument_group("many hosts")
     fleet.add_argument(
         "--hosts",
+        "-w",
         action="append",
         metavar="NODESET",
-        help="hosts as a node set: gpu[001-128], user@gpu[1-4], @group (repeatable)",
+        help="hosts as a node set: gpu[001-128], user@gpu[1-4], @group (repeatable; -w as clush)",
     )
     fleet.add_argument(
         "--inventory", metavar="FILE", help="an Ansible inventory (YAML or INI): hosts and groups"
@@ -143,13 +146,14 @@ def _add_fleet_options(sub: argparse.ArgumentParser) -> None:
 
 def _add_value_options(sub: argparse.ArgumentParser) -> None:
     """--set and --json: the same on check, run and drill."""
-    sub.add_argument(
+    setting = sub.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="set a parameter (repeatable)",
     )
+    habits.attach([setting], habits.parameter_settings)
     sub.add_argument(
         "--gpus",
         metavar="A-B",
@@ -258,8 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
         "show a runbook: steps, commands, checks, parameters",
         "runbook show gpu-node-health",
     )
-    show.add_argument(
-        "runbook", metavar="NAME", nargs="?", help="runbook name, or a path to its YAML file"
+    habits.attach(
+        [
+            show.add_argument(
+                "runbook",
+                metavar="NAME",
+                nargs="?",
+                help="runbook name, or a path to its YAML file",
+            )
+        ],
+        habits.runbook_names,
     )
     show.add_argument(
         "--parsers", action="store_true", help="every parser and the fields it yields instead"
@@ -294,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runbook run gpu-oom-recovery --host 10.1.230.174 --dry-run",
     )
     _add_host_options(run, runbook_optional=True)
+    run.add_argument("-C", "--check", dest="ansible_check", action=habits.AnsibleCheck)
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -393,7 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
         "practise a runbook on a simulated crashed GPU server",
         "runbook drill gpu-oom-recovery --scenario stuck-d-state",
     )
-    drill.add_argument("runbook", metavar="NAME", help="runbook name, or a path to its YAML file")
+    habits.attach(
+        [
+            drill.add_argument(
+                "runbook", metavar="NAME", help="runbook name, or a path to its YAML file"
+            )
+        ],
+        habits.runbook_names,
+    )
     drill.add_argument(
         "--scenario",
         default="oom-crash",
@@ -428,7 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run a runbook on a simulated host in a given state",
         "runbook test gpu-oom-recovery --scenario stuck-d-state",
     )
-    test.add_argument("runbook", metavar="FILE", help="a runbook's YAML file, or its name")
+    habits.attach(
+        [test.add_argument("runbook", metavar="FILE", help="a runbook's YAML file, or its name")],
+        habits.runbook_names,
+    )
     given = test.add_mutually_exclusive_group()
     given.add_argument("--scenario", help="a drill scenario: " + SCENARIO_NAMES)
     given.add_argument(
@@ -443,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="let a node-wide step run while processes that are not the subject's use the node",
     )
     _add_value_options(test)
+    completion = add(
+        "completion",
+        _later("cli.habits", "cmd_completion"),
+        "print the shell code that completes runbook's commands, runbooks and --set names",
+        'eval "$(runbook completion bash)"   # in ~/.bashrc; zsh: runbook completion zsh',
+    )
+    completion.add_argument("shell", choices=habits.SHELLS, help="the shell: bash or zsh")
     return parser
 
 

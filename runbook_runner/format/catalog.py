@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.format.suggest import suggest
 
 
 class UnknownRunbook(RunbookRunnerError):
@@ -59,8 +60,7 @@ class Catalog:
         if candidate.suffix in {".yaml", ".yml"} or "/" in name_or_path:
             raise UnknownRunbook(f"{name_or_path}: the file does not exist")
         where = ", ".join(str(f) for f in self.folders)
-        known = ", ".join(paths) or "none"
         raise UnknownRunbook(
-            f"no runbook named {name_or_path!r} in {where} (available: {known}); "
-            "see 'runbook list' or pass --runbooks DIR"
+            f"no runbook named {name_or_path!r} in {where}{suggest(name_or_path, list(paths))}"
+            " (see 'runbook list', or pass --runbooks DIR)"
         )
