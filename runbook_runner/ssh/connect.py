@@ -17,12 +17,12 @@ from typing import Any
 
 import paramiko
 
-from runbook_runner.errors import SshSetupError, Unreachable
+from runbook_runner.errors import SshSetupError, TransportError, Unreachable
 from runbook_runner.ssh import knownhosts
 from runbook_runner.ssh.auth import authenticate
 from runbook_runner.ssh.fallback import OPENSSH_DEFAULT_ALGORITHMS
 from runbook_runner.ssh.hooks import Hooks
-from runbook_runner.ssh.hostkeys import verify_host_key
+from runbook_runner.ssh.hostkeys import fingerprint, verify_host_key
 from runbook_runner.ssh.target import SshTarget
 
 # Suggested only among what OpenSSH itself enables by default (never CBC or MD5).
@@ -31,6 +31,50 @@ _OPENSSH_DEFAULTS = {
 }
 # OpenSSH and paramiko spell one algorithm differently.
 _ALIASES = {"curve25519-sha256": "curve25519-sha256@libssh.org"}
+
+
+class NotThePlansHost(TransportError):
+    """run --plan: the host is not the one the plan was made on (another destination, or
+    another host key offered in the handshake). Refused before any login: exit 3."""
+
+
+def check_plan_destination(target: SshTarget) -> None:
+    """run --plan: the destination OpenSSH resolved now must be the plan's (before any
+    connection is opened)."""
+    pin = target.plan_pin
+    if pin is None:
+        return
+    now = (target.hostname, target.port, target.user)
+    if pin.host_key is None or pin.destination is None:
+        raise NotThePlansHost(
+            f"{target.label}: the plan {pin.plan} was made on this machine (--local), not "
+            "over SSH: not connecting",
+            "apply it with --local where it was made, or make a plan for this host",
+        )
+    if now != pin.destination:
+        host, port, user = pin.destination
+        raise NotThePlansHost(
+            f"{target.label}: the plan {pin.plan} was made for {user or '?'}@{host} port "
+            f"{port}, and OpenSSH resolves this run to {target.user or '?'}@{target.hostname} "
+            f"port {target.port}: not connecting",
+            "a plan is applied only on the host it was made on: make a plan for this host",
+        )
+
+
+def check_plan_host_key(target: SshTarget, key: paramiko.PKey) -> None:
+    """run --plan: the key the host offered in the handshake must be the one the plan was
+    made with; checked before any authentication (nothing of ours reaches another host)."""
+    pin = target.plan_pin
+    if pin is None or pin.host_key is None:
+        return
+    offered = fingerprint(key)
+    if offered != pin.host_key:
+        raise NotThePlansHost(
+            f"{target.label}: the host offered the key {key.get_name()} {offered}, and the "
+            f"plan {pin.plan} was made on the host with the key {pin.host_key}: another host; "
+            "not logging in",
+            "a plan is applied only on the host it was made on: make a plan for this host",
+        )
 
 
 def connect_route(
@@ -43,6 +87,7 @@ def connect_route(
     sock: Any = None
     previous: SshTarget | None = None
     client: paramiko.SSHClient | None = None
+    check_plan_destination(target)  # run --plan: only where the plan was made
     for hop in target.route:
         algorithms(hop)  # an algorithm list nothing can satisfy is refused before connecting
     for hop in target.route:
@@ -203,6 +248,7 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
                 f"{target.label}: SSH handshake failed ({error or type(error).__name__})",
                 "is an SSH server listening on that port?",
             ) from None
+        check_plan_host_key(target, key)  # run --plan: before any authentication
         verify_host_key(target, known.entries, key, hooks)
         authenticate(transport, target, hooks)
         if target.server_alive_interval > 0:

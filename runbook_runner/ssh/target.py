@@ -12,6 +12,18 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
+class PlanPin:
+    """run --plan: the host the plan was made on. ``destination`` is (hostname, port,
+    user) as ``ssh -G`` resolved them, ``host_key`` the SHA256 fingerprint of the key the
+    host offered (both None: the plan was made with --local). ssh/connect.py refuses
+    another destination before connecting and another key before logging in."""
+
+    plan: str  # the plan file, for messages
+    host_key: str | None
+    destination: tuple[str, int, str | None] | None
+
+
+@dataclass(frozen=True)
 class SshTarget:
     """One resolved connection (the host, or a jump host on the way to it)."""
 
@@ -41,6 +53,7 @@ class SshTarget:
     ciphers: tuple[str, ...] = ()
     macs: tuple[str, ...] = ()
     ssh_config: Path | None = None
+    plan_pin: PlanPin | None = field(default=None, compare=False)  # run --plan's host
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
