@@ -13,6 +13,7 @@ import os
 import shlex
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import paramiko
@@ -98,8 +99,8 @@ def connect_route(
         elif hop.proxy_command:
             sock = _proxy_command(hop)
         else:
-            sock = _open_socket(hop)
-        client = connect_one(hop, sock, hooks)
+            sock = _open_socket(hop, target.on_open)
+        client = connect_one(hop, sock, hooks, target.on_open)
         opened.append(client)
         previous = hop
     assert client is not None
@@ -133,7 +134,7 @@ def _proxy_command(hop: SshTarget) -> paramiko.ProxyCommand:
         ) from None
 
 
-def _open_socket(target: SshTarget) -> socket.socket:
+def _open_socket(target: SshTarget, on_open: Callable[[Any], None] | None = None) -> socket.socket:
     family = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}.get(
         target.address_family, socket.AF_UNSPEC
     )
@@ -148,6 +149,8 @@ def _open_socket(target: SshTarget) -> socket.socket:
     for af, kind, proto, _, address in addresses:
         sock = socket.socket(af, kind, proto)
         sock.settimeout(target.connect_timeout)
+        if on_open is not None:
+            on_open(sock)
         try:
             sock.connect(address)
         except OSError as error:
@@ -205,7 +208,9 @@ def algorithms(target: SshTarget) -> dict[str, tuple[str, ...]]:
     }
 
 
-def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClient:
+def connect_one(
+    target: SshTarget, sock: Any, hooks: Hooks, on_open: Callable[[Any], None] | None = None
+) -> paramiko.SSHClient:
     """Handshake, host key check and login over ``sock``."""
     known = knownhosts.read_files(target.known_hosts_files + target.global_known_hosts_files)
     for problem in known.problems:
@@ -214,6 +219,8 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
         transport = paramiko.Transport(sock)
     except (paramiko.SSHException, OSError) as error:
         raise Unreachable(f"{target.label}: {error}", "check the network path") from None
+    if on_open is not None:
+        on_open(transport)
     try:
         options = transport.get_security_options()
         allowed = algorithms(target)

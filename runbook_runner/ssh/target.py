@@ -3,8 +3,10 @@ resolves it (OpenSSH's effective configuration), and the route of jump hosts to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runbook_runner.ssh.tokens import home
 
@@ -54,6 +56,9 @@ class SshTarget:
     macs: tuple[str, ...] = ()
     ssh_config: Path | None = None
     plan_pin: PlanPin | None = field(default=None, compare=False)  # run --plan's host
+    # Each socket and paramiko transport opened on the way, as it is opened (a fleet's stop
+    # shuts the connections still being made: fleet/stop.py).
+    on_open: Callable[[Any], None] | None = field(default=None, compare=False)
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
