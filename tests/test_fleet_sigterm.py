@@ -102,3 +102,33 @@ def test_sigterm_stops_a_fleet_with_hosts_in_flight_within_the_bound(tmp_path, w
         assert "Traceback" not in out
     finally:
         listener.close()
+
+
+# -- the summary's fold, without ClusterShell for the common names (the oracle: ClusterShell)
+
+
+def test_the_quick_fold_is_clustershells_fold():
+    from ClusterShell.NodeSet import NodeSet
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from runbook_runner.fleet.selection import _fold_numbered
+
+    name = st.builds(
+        lambda prefix, number, width: f"{prefix}{number:0{width}d}",
+        st.sampled_from(["gpu", "node-", "a_b.", "", "X"]),
+        st.integers(0, 300),
+        st.sampled_from([1, 3]),
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(name, min_size=1, max_size=40))
+    def agrees(names):
+        quick = _fold_numbered(names)
+        if quick is not None:
+            assert quick == str(NodeSet.fromlist(names))
+
+    agrees()
+    assert _fold_numbered(["gpu01", "gpu1"]) is None  # two paddings of one prefix
+    assert _fold_numbered(["10.0.0.1"]) is None  # digits in the prefix: ClusterShell's
+    assert _fold_numbered([f"h{i:06d}" for i in range(1, 100_001)]) == "h[000001-100000]"
