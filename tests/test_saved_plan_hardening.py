@@ -387,3 +387,19 @@ def test_an_edited_gate_without_a_valid_signature_is_refused(crashed, capsys, tm
     assert code == ExitCode.BAD_INPUT, out
     assert "signed by no key" in out
     assert destructive_calls(crashed) == []
+
+
+@pytest.mark.ssh
+def test_a_plan_edited_without_its_digest_is_refused_before_any_connection(
+    crashed, capsys, tmp_path
+):
+    plan = tmp_path / "plan.json"
+    make_plan(capsys, crashed, plan)
+    document = json.loads(plan.read_text())
+    document["gates"]["allow_reboot"] = True  # the digest is left as it was
+    plan.write_text(json.dumps(document))
+    logins = crashed.logins()
+    code, out = apply(capsys, crashed, plan, *sha_of(plan))
+    assert code == ExitCode.BAD_INPUT, out
+    assert "changed after it was made" in out
+    assert crashed.logins() == logins  # not even a login: the file was judged first
