@@ -30,6 +30,14 @@ SHELL = "/bin/sh"
 KILL_GRACE_S = 0.5  # after TERM to the command's group, then KILL
 
 
+def safe_path(path: str | None) -> str:
+    """PATH for this machine's commands without its empty or relative entries: each of those
+    is "the current directory", where a ``sudo`` or ``nvidia-smi`` of anyone's could lie in
+    wait (sudo's secure_path has the same reason). Nothing left: the system's default."""
+    kept = [entry for entry in (path or "").split(os.pathsep) if entry.startswith("/")]
+    return os.pathsep.join(kept) or os.defpath
+
+
 @dataclass(frozen=True)
 class LocalTarget:
     """This machine, named as the journal and the JSON name a host."""
@@ -86,6 +94,7 @@ class LocalTransport:
     def _start(self, command: str, stdin: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [SHELL, "-c", command.encode("utf-8", "surrogateescape")],
+            env={**os.environ, "PATH": safe_path(os.environ.get("PATH"))},
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

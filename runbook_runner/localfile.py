@@ -9,6 +9,8 @@ read report this one the same way.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from pathlib import Path
 
 MiB = 1024 * 1024
@@ -16,6 +18,7 @@ RUNBOOK_LIMIT = 4 * MiB  # the bundled runbooks are 5-25 KB
 CONFIG_LIMIT = 4 * MiB  # ssh_config, key files, state files
 LIST_LIMIT = 64 * MiB  # known_hosts, inventories: one line per host of a large fleet
 JOURNAL_LIMIT = 256 * MiB  # a long run's journal: every observation of every poll
+PLAN_LIMIT = 16 * MiB  # a saved plan holds the state it was made on: every process of the host
 
 
 class TooLarge(OSError):
@@ -33,6 +36,43 @@ def read_bytes(path: Path, limit: int) -> bytes:
     """The file's bytes; :class:`TooLarge` past ``limit`` (whatever the file claims to be)."""
     with open(path, "rb") as handle:
         data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(path, limit)
+    return data
+
+
+class NotRegular(OSError):
+    """Not a regular file (a FIFO, a device, a directory, a socket): not read."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file: not read", str(path))
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit``: a FIFO nobody writes, a device
+    (``/dev/zero``) or a directory is refused (:class:`NotRegular`) without waiting or
+    reading; :class:`TooLarge` past ``limit``. The file is opened once and judged by
+    what was opened (no check-then-open race)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((said for test, said in _KINDS if test(mode)), "not a file")
+            raise NotRegular(path, kind)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise TooLarge(path, limit)
     return data

@@ -171,11 +171,18 @@ class SshTransport:
             stderr_bytes = stderr_bytes[mark_size:]
         if timed_out and pgid:
             self._end_process_group(pgid, as_root and not self.is_root)
+        stdout, stderr = (
+            out.bytes().decode("utf-8", "replace"),
+            stderr_bytes.decode("utf-8", "replace"),
+        )
+        if typed is not None and self.become_password:  # a sudo that says it back: not shown
+            stdout = stdout.replace(self.become_password, "***")
+            stderr = stderr.replace(self.become_password, "***")
         return CommandResult(
             command=command,
             exit_status=exit_status,
-            stdout=out.bytes().decode("utf-8", "replace"),
-            stderr=stderr_bytes.decode("utf-8", "replace"),
+            stdout=stdout,
+            stderr=stderr,
             duration_s=time.monotonic() - started,
             timed_out=timed_out,
             stdout_size=out.size,

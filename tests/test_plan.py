@@ -79,10 +79,17 @@ def make_plan(capsys, host, path, *extra):
     return code, out
 
 
-def apply_plan(capsys, host, path, *extra):
+def approved_sha256(path):
+    """The plan's SHA-256, as a reviewer gives it out of band (--approved-sha256)."""
+    return ["--approved-sha256", json.loads(Path(path).read_text())["sha256"]]
+
+
+def apply_plan(capsys, host, path, *extra, approval=None):
     from test_runbooks_ssh import RECOVERY
 
-    code = main(["run", RECOVERY, *host.cli_args(), "--plan", str(path), "--yes", *extra])
+    approval = approved_sha256(path) if approval is None else approval
+    argv = ["run", RECOVERY, *host.cli_args(), "--plan", str(path), "--yes", *approval, *extra]
+    code = main(argv)
     out, err = capsys.readouterr()
     return code, out + err
 
@@ -105,10 +112,12 @@ def test_a_saved_plan_runs_as_approved_and_the_journal_says_by_whom(
     assert not resets(crashed)
     # The plan names the runbook and the host: the approver's command is only the plan.
     login = crashed.cli_args()[4:]  # --user, -i, --known-hosts: the tester's own setup
-    code = main(["run", "--plan", str(plan), "--approved-by", "alice", "--yes", *login])
+    approval = approved_sha256(plan)
+    code = main(["run", "--plan", str(plan), "--approved-by", "alice", "--yes", *approval, *login])
     out = "".join(capsys.readouterr())
     assert code == ExitCode.OK, out
     assert f"applying the approved plan {plan}" in out
+    assert "approval: its SHA-256 as given with --approved-sha256" in out
     assert {tuple(c[2:]) for c in resets(crashed)} == {("-i", "0"), ("-i", "2")}
     start = json.loads(next(run_journals_in_tmp.glob("*.jsonl")).read_text().splitlines()[0])
     assert start["plan"] == {
@@ -259,11 +268,11 @@ def test_the_sites_plan_is_the_plan_the_drill_prints_today(capsys, monkeypatch):
     ("text", "said"),
     [
         (None, "No such file"),
-        ("x", "not a plan (not JSON)"),
-        ("{}", "not a plan (it names no runbook)"),
+        ("x", "not a plan (not JSON"),
+        ("{}", "not a plan (make one with"),
         (
             '{"format": "runbook-runner/plan", "asked": {"runbook": "gpu-oom-recovery"}}',
-            "name a host",
+            "plan format version None",
         ),
     ],
 )

@@ -300,7 +300,8 @@ def test_a_run_under_a_saved_plan_resumes_only_under_that_plan(
     assert made.returncode == ExitCode.OK, made.stdout + made.stderr
     journal = tmp_path / "run.jsonl"
     killed = subprocess.run(
-        cli("run", "--plan", str(plan), *gpu_host.cli_args(), "--yes", "--journal", str(journal)),
+        cli("run", "--plan", str(plan), *gpu_host.cli_args(), "--yes", "--journal", str(journal),
+            "--approved-sha256", json.loads(plan.read_text())["sha256"]),
         capture_output=True, env={**os.environ, KILL_AFTER_ENV: "8"}, timeout=60, check=False,
     )  # fmt: skip
     assert killed.returncode == -9

@@ -94,29 +94,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _from_plan(args: argparse.Namespace) -> None:
     """``run --plan FILE`` names the runbook and the host the plan was made for unless the
-    command line does (a different one is refused once the plan is read in full)."""
-    import json
+    command line does (a different one is refused once the runbook is loaded). The file is
+    read, checked and its approval proved here, before anything connects (cli/planfile.py)."""
+    from runbook_runner.cli import planfile
 
-    try:
-        with open(args.plan, encoding="utf-8") as handle:
-            found = json.load(handle)
-    except OSError as error:
-        raise UsageError(f"--plan {args.plan}: {error.strerror or error}", "runbook run") from None
-    except ValueError:
-        raise UsageError(
-            f"--plan {args.plan}: not a plan (not JSON); make one with 'runbook plan ... --out FILE'",
-            "runbook run",
-        ) from None
-    asked = found.get("asked", {}) if isinstance(found, dict) else None
-    if not isinstance(asked, dict):
-        return  # the plan, read in full, says what is wrong with it
-    if not args.runbook and isinstance(asked.get("runbook"), str):
-        args.runbook = asked["runbook"]
-    named = args.host or getattr(args, "hosts", None) or getattr(args, "local", False)
-    if not named and isinstance(asked.get("host"), str):
-        args.host = asked["host"]
-        if args.port is None and isinstance(asked.get("port"), int):
-            args.port = asked["port"]
+    planfile.read(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -155,6 +137,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--approved-by names who approved a saved plan: use it with --plan", "runbook run"
         )
+    for flag in ("allowed_signers", "approved_sha256"):
+        if getattr(args, flag, None) and not args.plan:
+            raise UsageError(
+                f"--{flag.replace('_', '-')} proves a saved plan's approval: use it with --plan",
+                "runbook run",
+            )
+    if getattr(args, "sign_with", None) and not getattr(args, "out", None):
+        raise UsageError("--sign-with signs the plan --out saves: give --out FILE", "runbook run")
     if args.resume and (args.from_step or args.dry_run):
         # A resume continues exactly where the journal says; a dry run's "planned" steps
         # in that journal would read as decided ones.

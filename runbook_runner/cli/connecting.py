@@ -57,6 +57,7 @@ class Destination:
     ssh_options: tuple[str, ...] = ()
     jump: str | None = None
     become_password: str | None = None
+    plan_pin: Any = None  # run --plan: the plan's host (ssh/target.py's PlanPin)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Destination:
@@ -73,6 +74,7 @@ class Destination:
             ssh_options=tuple(getattr(args, "ssh_options", None) or ()),
             jump=getattr(args, "jump", None),
             become_password=become_password(args),
+            plan_pin=getattr(args, "plan_pin", None),
         )
 
 
@@ -94,6 +96,10 @@ def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
         options=to.ssh_options,
         jump=to.jump,
     )
+    if to.plan_pin is not None:
+        from dataclasses import replace
+
+        target = replace(target, plan_pin=to.plan_pin)
     import_transport()  # waits for the main thread's import of it, if that is under way
     from runbook_runner.transport import SshTransport
 

@@ -128,10 +128,12 @@ class Messages:
 def connect(
     args: argparse.Namespace, host: FleetHost, messages: Messages, stop: HostStop
 ) -> SshTransport:
+    from dataclasses import replace
+
     from runbook_runner.cli.connecting import become_password, key_recorded
     from runbook_runner.transport import SshTransport
 
-    target = ssh_target(args, host)
+    target = replace(ssh_target(args, host), on_open=stop.opened)  # a stop ends a handshake
 
     def recorded(name: str, key: Any) -> None:
         messages.put(f"{host.name}: {key_recorded(name, key, target.known_hosts)}")
@@ -143,7 +145,8 @@ def connect(
     # and the transport ends it on the host as it does after a signal on one host.
     transport.interrupt_check = stop.check
     try:
-        return transport.connect()
+        with stop.connecting():
+            return transport.connect()
     except BaseException:
         transport.close()  # a connection that failed half-way holds a thread and a socket
         raise
@@ -285,6 +288,7 @@ def gather(
     jsonl: bool,
     done_before: Sequence[HostOutcome] = (),
     total: int | None = None,
+    skipped: Callable[[FleetHost], HostOutcome] | None = None,
 ) -> list[HostOutcome]:
     from runbook_runner.fleet.fanout import fan_out
 
@@ -300,7 +304,9 @@ def gather(
             out.live(summary.progress(len(seen), everything, seen))
 
     tick()
-    for outcome in fan_out(hosts, work, forks, tick=tick):
+    for outcome in fan_out(
+        hosts, work, forks, tick=tick, stopped=lambda: stop.stopped, skipped=skipped
+    ):
         outcomes.append(outcome)
         if jsonl:
             print(json.dumps(outcome.to_json()), flush=True)

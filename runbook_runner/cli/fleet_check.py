@@ -52,6 +52,9 @@ def fleet_check(args: argparse.Namespace) -> int:
             args, runbook, params, host, messages, stop.for_host(), want_record=want_record
         )
 
+    def skipped(host: FleetHost) -> HostOutcome:  # after a signal: not started, said at once
+        return fleet.not_started_outcome(host, stop)
+
     workers = _workers(args, len(hosts))
     with fleet.signals_stop(stop):
         if workers > 1:
@@ -59,7 +62,9 @@ def fleet_check(args: argparse.Namespace) -> int:
                 out, messages, stop, hosts, work, workers, forks, jsonl=args.jsonl
             )
         else:
-            outcomes = fleet.gather(out, messages, stop, hosts, work, forks, jsonl=args.jsonl)
+            outcomes = fleet.gather(
+                out, messages, stop, hosts, work, forks, jsonl=args.jsonl, skipped=skipped
+            )
         fleet.print_summary(out, fleet.in_order(outcomes, hosts))
         if args.prometheus:
             from runbook_runner.cli import metrics
@@ -176,6 +181,7 @@ def _gather_processes(
         decode=decode,
         signalled=lambda: stop.signum,
         tick=tick,
+        stopped=lambda: stop.stopped,
     ):
         outcomes.append(outcome)
         if jsonl:
@@ -184,7 +190,11 @@ def _gather_processes(
     out.end_live()
     seen = {o.host for o in outcomes}
     for host in hosts:  # a worker that died (killed, out of memory) leaves its hosts untold
-        if host.name not in seen:
+        if host.name not in seen and stop.stopped:  # after a signal: not started (unsent)
+            outcomes.append(fleet.not_started_outcome(host, stop))
+            if jsonl:
+                print(json.dumps(outcomes[-1].to_json()), flush=True)
+        elif host.name not in seen:
             line = "internal error: its worker process ended before this host's result"
             lost = HostOutcome(host.name, summary.ERROR, ExitCode.INTERNAL, line, 0.0, {})
             outcomes.append(lost)

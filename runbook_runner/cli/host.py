@@ -130,16 +130,19 @@ class RunSettings:
     break_lock: bool = False
     as_json: bool = False
     out: str | None = None  # with dry_run: save the plan here
+    sign_with: str | None = None  # with out: sign the saved plan with this SSH key
     asked: tuple[tuple[str, Any], ...] = ()  # the runbook and host as the command line named them
     simulated: bool = False  # a drill's host: a saved plan is for reading only
     approved: saved_plan.SavedPlan | None = None  # run --plan: only what it holds
     plan_file: str | None = None
     approved_by: str | None = None
+    approval: str | None = None  # how the saved plan's approval was proved, in words
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
         return cls(
             out=getattr(args, "out", None),
+            sign_with=getattr(args, "sign_with", None),
             asked=(
                 ("runbook", str(args.runbook)),
                 ("host", getattr(args, "host", None)),
@@ -147,6 +150,7 @@ class RunSettings:
             ),
             plan_file=getattr(args, "plan", None),
             approved_by=getattr(args, "approved_by", None),
+            approval=getattr(args, "plan_approval", None),
             dry_run=args.dry_run,
             from_step=args.from_step,
             yes=args.yes,
@@ -207,7 +211,7 @@ def _plan_of_resumed(
         return None
     file = str(mark.get("file"))
     try:
-        text = localfile.read_text(Path(file), localfile.CONFIG_LIMIT)
+        text = localfile.read_regular(Path(file), localfile.PLAN_LIMIT)
     except OSError as error:
         raise journal_module.JournalError(
             f"run {path.stem} applied the plan {file}, which cannot be read now "
@@ -231,9 +235,9 @@ def _approved_plan(
 ) -> tuple[saved_plan.SavedPlan, dict[str, Any]]:
     """The saved plan --plan names, checked against this runbook, with the parameters it
     was made with (a --set may give only a secret, which the plan does not hold), and its
-    gates (a gate the plan was not made with is refused)."""
-    text = localfile.read_text(Path(args.plan), localfile.CONFIG_LIMIT)
-    approved = saved_plan.load(text, args.plan)
+    gates (a gate the plan was not made with is refused). The file was read, checked and
+    its approval proved before connecting (cli/planfile.py)."""
+    approved: saved_plan.SavedPlan = args.saved_plan
     saved_plan.check_runbook(approved, runbook)
     given = [item.split("=", 1)[0] for item in args.set or []]
     merged = saved_plan.parameters_for(approved, runbook, params, given)
@@ -277,13 +281,15 @@ def run_on_host(
             return planview.print_plan(out, runbook, looked, settings), None
         approved: dict[str, Any] | None = None
         if settings.approved is not None:
-            saved_plan.check_host(settings.approved, transport.target.label)
+            _check_plans_host(settings.approved, transport)
             out.line(
                 f"applying the approved plan {settings.plan_file} (sha256 "
                 f"{settings.approved.sha256[:16]}"
                 + (f", approved by {settings.approved_by}" if settings.approved_by else "")
                 + "): only its steps, on only its targets"
             )
+            if settings.approval:
+                out.line(f"approval: {settings.approval}")
             approved = {  # what was reviewed, and by whom
                 "file": settings.plan_file,
                 "sha256": settings.approved.sha256,
@@ -352,6 +358,18 @@ def run_on_host(
             document["drill"] = drill.summary(report, code)
         print(json.dumps(document, indent=2))
     return code, report
+
+
+def _check_plans_host(approved: saved_plan.SavedPlan, transport: Any) -> None:
+    """run --plan: the host named as the plan names it; over SSH the connection already
+    refused another destination or host key before logging in (ssh/connect.py); a plan
+    made over SSH is not applied to this machine (--local), which offers no key."""
+    saved_plan.check_host(approved, transport.target.label)
+    if transport.host_key is None and approved.host_key is not None:
+        raise saved_plan.PlanInvalid(
+            f"the plan was made over SSH on the host with the key {approved.host_key}, not "
+            "on this machine (--local): a plan is applied only where it was made"
+        )
 
 
 def journal_folder() -> Path:

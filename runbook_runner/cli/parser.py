@@ -182,7 +182,30 @@ def _add_plan_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--approved-by",
         metavar="NAME",
-        help="with --plan: who approved it (recorded in the journal)",
+        help="with --plan: who approved it (recorded in the journal; with --allowed-signers, "
+        "the signer expected)",
+    )
+    _add_approval_options(run)
+    run.add_argument(
+        "--sign-with",
+        metavar="KEY",
+        help="with --out: sign the saved plan (ssh-keygen -Y sign -n runbook-plan) with this "
+        "SSH key, into FILE.sig",
+    )
+
+
+def _add_approval_options(run: argparse.ArgumentParser) -> None:
+    """How a saved plan's approval is proved: one of them is needed with --plan."""
+    run.add_argument(
+        "--allowed-signers",
+        metavar="FILE",
+        help="with --plan: accept the plan signed (PLAN.sig, ssh-keygen -Y sign -n "
+        "runbook-plan) by a key this OpenSSH allowed_signers file lists",
+    )
+    run.add_argument(
+        "--approved-sha256",
+        metavar="HASH",
+        help="with --plan and no signature: the plan's SHA-256 as the reviewer gave it",
     )
 
 
@@ -363,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="save the plan (with the state it was made on and its SHA-256) for "
         "'runbook run --plan FILE'",
+    )
+    plan.add_argument(
+        "--sign-with",
+        metavar="KEY",
+        help="sign the saved plan with this SSH key (ssh-keygen -Y sign -n runbook-plan), "
+        "into FILE.sig: 'run --plan FILE --allowed-signers' checks it",
     )
     runs = add(
         "runs",

@@ -82,8 +82,24 @@ def look(
         state_json=render.state_json(runbook, state),
         goal_json=[render.check_json(r, runbook) for r in plan.goal],
         asked=asked,
+        **bound_to(transport),
     )
     return Looked(plan, state, document)
+
+
+def bound_to(transport: Any) -> dict[str, Any]:
+    """The host a plan is bound to: the key it offered and where ``ssh -G`` resolved it
+    (both None for this machine, ``--local``)."""
+    key = getattr(transport, "host_key", None)
+    if key is None:
+        return {"host_key": None, "destination": None}
+    from runbook_runner.ssh.hostkeys import fingerprint
+
+    target = transport.target
+    return {
+        "host_key": {"type": key.get_name(), "sha256": fingerprint(key)},
+        "destination": {"hostname": target.hostname, "port": target.port, "user": target.user},
+    }
 
 
 def write(path: str, document: dict[str, Any]) -> None:
@@ -192,16 +208,30 @@ def print_plan(out: console.Output, runbook: Runbook, looked: Looked, settings: 
     if settings.out:
         write(settings.out, doc)
         out.line(f"plan saved: {settings.out} (sha256 {doc['sha256'][:16]})")
+        _approval_lines(out, settings, doc)
         if settings.simulated:
             out.line("(a drill's simulated host ends with the drill: this plan is for reading)")
         else:
             out.line(
                 f"apply exactly this: runbook run --plan {settings.out} --approved-by NAME "
-                "(with the SSH options given here, if any)"
+                f"--approved-sha256 {doc['sha256']} (or, signed, --allowed-signers FILE; "
+                "with the SSH options given here, if any)"
             )
     if settings.as_json:
         return _print_json(doc, plan)
     return int(plan.exit_code)
+
+
+def _approval_lines(out: console.Output, settings: Any, doc: dict[str, Any]) -> None:
+    """The saved plan's SHA-256 in full (what a reviewer gives --approved-sha256), and its
+    signature with --sign-with (what --allowed-signers checks)."""
+    out.line(f"plan sha256: {doc['sha256']}")
+    key = getattr(settings, "sign_with", None)
+    if key:
+        from runbook_runner.cli import planfile
+
+        signature = planfile.sign(settings.out, key)
+        out.line(f"plan signed: {signature} (ssh-keygen -Y sign -n runbook-plan with {key})")
 
 
 def _print_json(doc: dict[str, Any], plan: Plan) -> int:

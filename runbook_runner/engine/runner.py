@@ -254,6 +254,13 @@ class Runner(Waits):
             return record(
                 StepStatus.PLANNED, "dry run: not executed", commands=commands, targets=targets
             )
+        if self.approved is not None and step.destructive and step.run is not None:
+            # run --plan: each command is the plan's for this step and target, else stop here
+            shown = [
+                (identity.target(i, named_by) if i is not None else None, c)
+                for i, c in zip(items, commands, strict=False)
+            ]
+            saved.check_sent(self.approved, step.id, shown)
         if step.destructive and commands and not confirmed:
             answer = self.confirm(ConfirmRequest(step, commands, targets))
             if isinstance(answer, bool):

@@ -153,12 +153,55 @@ def expand(
 def fold(names: Iterable[str]) -> str:
     """Host names folded as a node set (``gpu[001-120,122-128]``); plain commas if they do not fold."""
     listed = list(names)
+    quick = _fold_numbered(listed)
+    if quick is not None:  # what ClusterShell says, in a tenth of a second for 100,000 names
+        return quick
     try:
         from ClusterShell.NodeSet import NodeSet, NodeSetException
 
         return str(NodeSet.fromlist(listed))
     except (NodeSetException, ValueError, TypeError):
         return ",".join(listed)
+
+
+_NUMBERED = re.compile(r"([A-Za-z_.-]*)([0-9]+)")
+
+
+def _fold_numbered(names: Sequence[str]) -> str | None:
+    """ClusterShell's fold of names that are each a digit-free prefix and one number, with
+    one padding per prefix (``gpu007``, or ``gpu7`` without zeros); None for any other
+    (ClusterShell folds those itself: slower past ten thousand names)."""
+    by_prefix: dict[str, set[str]] = {}
+    for name in names:
+        found = _NUMBERED.fullmatch(name)
+        if found is None:
+            return None
+        by_prefix.setdefault(found.group(1), set()).add(found.group(2))
+    parts: list[str] = []
+    for prefix in sorted(by_prefix):
+        digits = by_prefix[prefix]
+        widths = {len(d) for d in digits}
+        padded = any(len(d) > 1 and d.startswith("0") for d in digits)
+        if padded and len(widths) > 1:
+            return None
+        width = widths.pop() if padded else 0
+        numbers = sorted(int(d) for d in digits)
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{numbers[0]:0{width}d}")
+            continue
+        ranges: list[str] = []
+        first = last = numbers[0]
+        for number in [*numbers[1:], None]:
+            if number is not None and number == last + 1:
+                last = number
+                continue
+            ranges.append(
+                f"{first:0{width}d}" if first == last else f"{first:0{width}d}-{last:0{width}d}"
+            )
+            if number is not None:
+                first = last = number
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
 
 
 def _pattern_terms(pattern: str) -> list[str]:

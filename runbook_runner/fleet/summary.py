@@ -28,6 +28,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.LOCKED,
     ExitCode.JOURNAL,
     ExitCode.DECLINED,
+    ExitCode.NOT_APPROVED,  # run --plan (one host only): a command the plan does not have
     ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
 )
@@ -94,6 +95,7 @@ KIND_OF_CODE: dict[ExitCode, str] = {
     ExitCode.CANNOT_TELL: CANNOT_TELL,
     ExitCode.JOURNAL: JOURNAL,
     ExitCode.TIMED_OUT: TIMED_OUT,
+    ExitCode.NOT_APPROVED: BAD_INPUT,
     ExitCode.INTERNAL: ERROR,
     ExitCode.INTERRUPTED: INTERRUPTED,
 }

@@ -6,25 +6,37 @@ with ``runbook run --plan FILE``, the run observes again first: a target that mo
 now another process, a GPU with a new holder, a file replaced), a new instance of the
 subject, another runbook file or other parameters stop it before it acts. Then each step
 runs only if the plan has it, and only on the plan's targets: what the run would act on
-beyond them is left alone, and said so.
+beyond them is left alone, and said so; and each command a destructive step would send is
+the plan's own command for that step and target (:func:`check_sent`), else the run stops
+before sending it (:class:`NotApproved`, exit 10).
+
+A plan file is input like any other (:func:`load`): at most :data:`MAX_DEPTH` levels deep,
+the shape of ``schema/plan.schema.json`` (shipped in the package), its digest its own. The
+plan also records the host it was made on: the host key's fingerprint and the destination
+OpenSSH resolved (``ssh -G``'s hostname, port, user), so that it is not applied elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.plan import identity
+from runbook_runner.plan.identity import Target
 from runbook_runner.plan.planner import Action, Plan, Timing
 from runbook_runner.runbook import Runbook
 
 FORMAT = "runbook-runner/plan"
 VERSION = 1
 RUNS = {Timing.FIRST, Timing.IF_STILL, Timing.RESTORES, Timing.GATED}
+MAX_DEPTH = 32  # a plan is about 8 levels deep; a JSON bomb is 100,000
+SIGNATURE_NAMESPACE = "runbook-plan"  # ssh-keygen -Y sign/verify -n: what the key signs
 
 
 class PlanInvalid(Exception):
@@ -38,6 +50,24 @@ class PlanMoved(Exception):
     def __init__(self, changes: list[str]) -> None:
         super().__init__("the host changed since the plan was made: " + "; ".join(changes))
         self.changes = changes
+
+
+class NotApproved(Exception):
+    """Under a saved plan, the run would send a command the plan does not have for that
+    step and target: it stops before sending it (exit 10)."""
+
+    def __init__(self, step: str, target: str | None, sent: str, approved: Sequence[str]) -> None:
+        on = f" on {target}" if target else ""
+        plan = (
+            "the approved plan has " + " or ".join(repr(c) for c in approved)
+            if approved
+            else "the approved plan has no command for it"
+        )
+        super().__init__(
+            f"step {step}{on}: the run would send {sent!r}, and {plan}: nothing of it was "
+            "sent (make the plan again and have it approved again)"
+        )
+        self.step, self.target, self.sent, self.approved = step, target, sent, tuple(approved)
 
 
 def digest(document: Mapping[str, Any]) -> str:
@@ -109,8 +139,12 @@ def document(
     state_json: Mapping[str, Any],
     goal_json: list[dict[str, Any]],
     asked: Mapping[str, Any] | None = None,
+    host_key: Mapping[str, str] | None = None,
+    destination: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The plan as JSON (``--dry-run --json`` and ``--out``), with its hash."""
+    """The plan as JSON (``--dry-run --json`` and ``--out``), with its hash. ``host_key``
+    ({type, sha256}) and ``destination`` ({hostname, port, user}, as ``ssh -G`` resolved
+    them) bind it to its host; None for this machine (``--local``)."""
     gpu_holders = holders(state)
     body: dict[str, Any] = {
         "format": FORMAT,
@@ -118,6 +152,8 @@ def document(
         "runbook": runbook.name,
         "runbook_sha256": runbook.sha256,
         "host": host,
+        "host_key": dict(host_key) if host_key is not None else None,
+        "destination": dict(destination) if destination is not None else None,
         "asked": dict(asked or {}),
         "parameters": dict(parameters),
         "made_at": made_at,
@@ -160,6 +196,36 @@ class SavedPlan:
     def parameters(self) -> dict[str, Any]:
         return dict(self.document["parameters"])
 
+    @property
+    def host_key(self) -> str | None:
+        """The SHA256 fingerprint of the host key the plan was made with (None: --local)."""
+        found = self.document.get("host_key")
+        return str(found["sha256"]) if isinstance(found, Mapping) else None
+
+    @property
+    def destination(self) -> tuple[str, int, str | None] | None:
+        """(hostname, port, user) as ``ssh -G`` resolved them when the plan was made."""
+        found = self.document.get("destination")
+        if not isinstance(found, Mapping):
+            return None
+        user = found.get("user")
+        return str(found["hostname"]), int(found["port"]), None if user is None else str(user)
+
+    def commands_of(self, step: str) -> tuple[dict[tuple[str, str], str], list[str]]:
+        """The plan's commands for ``step``: by (kind, key) of the target each acts on, and
+        all of them (a command that names no target is matched among these)."""
+        by_target: dict[tuple[str, str], str] = {}
+        every: list[str] = []
+        for action in self.actions():
+            if action["step"] != step:
+                continue
+            commands, targets = list(action["commands"]), list(action["targets"])
+            every += commands
+            if targets and len(commands) == len(targets):
+                for command, tgt in zip(commands, targets, strict=True):
+                    by_target.setdefault((tgt["kind"], tgt["key"]), command)
+        return by_target, every
+
     def actions(self) -> list[Mapping[str, Any]]:
         return [a for a in self.document["actions"] if a["timing"] in RUNS]
 
@@ -175,28 +241,122 @@ class SavedPlan:
         return found
 
 
-def load(text: str, where: str) -> SavedPlan:
-    """A plan file's text -> a checked :class:`SavedPlan`; :class:`PlanInvalid` says why not."""
+def parse(text: str | bytes, where: str) -> Any:
+    """A plan file's text as JSON, at most :data:`MAX_DEPTH` deep; :class:`PlanInvalid`
+    (one line, naming ``where``) for anything else: not UTF-8, not JSON, a JSON bomb."""
     try:
-        found = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PlanInvalid(f"{where}: not a plan (not JSON: {error})") from error
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        found = json.loads(text, parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise PlanInvalid(f"{where}: not a plan (not UTF-8 text)") from None
+    except RecursionError:
+        raise PlanInvalid(f"{where}: not a plan (nested deeper than {MAX_DEPTH} levels)") from None
+    except ValueError as error:  # JSONDecodeError, NaN, a number of 100,000 digits
+        said = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+        raise PlanInvalid(f"{where}: not a plan (not JSON: {said})") from None
+    if _depth(found) > MAX_DEPTH:
+        raise PlanInvalid(f"{where}: not a plan (nested deeper than {MAX_DEPTH} levels)")
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON has")
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests (without recursion: a bomb must not raise here)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """``schema/plan.schema.json``, as the package ships it."""
+    text = resources.files("runbook_runner").joinpath("schema/plan.schema.json").read_text("utf-8")
+    found: dict[str, Any] = json.loads(text)
+    return found
+
+
+def shape_problem(found: Any) -> str | None:
+    """The first way ``found`` is not the shape of a plan (the schema), in one line."""
+    from jsonschema import Draft202012Validator  # slow to import: only a plan file needs it
+
+    validator = Draft202012Validator(schema())
+    error = next(iter(sorted(validator.iter_errors(found), key=lambda e: list(e.path))), None)
+    if error is None:
+        return None
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    kind = error.validator
+    if kind == "required":
+        said = str(error.message).split(" is a required", 1)[0]
+        message = f"missing {said}"
+    elif kind == "additionalProperties":
+        message = "unknown key(s): " + str(error.message).rsplit("(", 1)[-1].rstrip(")")
+    elif kind == "type":
+        message = f"must be {error.validator_value}"
+    elif kind in {"enum", "const"}:
+        message = f"must be one of {error.validator_value!r}"
+    else:
+        message = f"fails {kind}"
+    text = f"{path.lstrip('.') or 'the document'}: {message}"
+    return " ".join(text.split())[:300]
+
+
+def load(text: str | bytes, where: str) -> SavedPlan:
+    """A plan file's text -> a checked :class:`SavedPlan`; :class:`PlanInvalid` says why not,
+    in one line naming ``where``."""
+    found = parse(text, where)
     if not isinstance(found, dict) or found.get("format") != FORMAT:
         raise PlanInvalid(f"{where}: not a plan (make one with 'runbook plan ... --out FILE')")
     if found.get("version") != VERSION:
         raise PlanInvalid(
-            f"{where}: plan format version {found.get('version')!r}; this runbook-runner "
-            f"reads version {VERSION}: make the plan again"
+            f"{where}: plan format version {repr(found.get('version'))[:20]}; this "
+            f"runbook-runner reads version {VERSION}: make the plan again"
         )
+    problem = shape_problem(found)
+    if problem is not None:
+        raise PlanInvalid(f"{where}: not a plan of this runbook-runner ({problem})")
     if found.get("sha256") != digest(found):
         raise PlanInvalid(
             f"{where}: the plan was changed after it was made (its SHA-256 does not match): "
             "make it again and have it approved again"
         )
-    for name in ("runbook", "host", "parameters", "actions"):
-        if name not in found:
-            raise PlanInvalid(f"{where}: the plan has no {name!r}")
     return SavedPlan(found)
+
+
+def check_approved_sha256(saved: SavedPlan, given: str, where: str) -> None:
+    """``--approved-sha256``: the plan's SHA-256 as the reviewer gave it out of band."""
+    if given.strip().lower() != saved.sha256:
+        raise PlanInvalid(
+            f"{where}: its SHA-256 is {saved.sha256}, not the approved {given.strip()[:64]}: "
+            "this is not the plan that was approved"
+        )
+
+
+def check_sent(saved: SavedPlan, step: str, sent: Iterable[tuple[Target | None, str]]) -> None:
+    """Under ``saved``, each (target, command) a destructive ``step`` would send must be the
+    plan's command for that step and target; :class:`NotApproved` for the first that is not.
+    Commands are compared as shown (secret parameters as ``***``: the plan holds no secret).
+    """
+    by_target, every = saved.commands_of(step)
+    for tgt, command in sent:
+        key = (tgt.kind, tgt.key) if tgt is not None else None
+        if key is not None and key in by_target:
+            if command != by_target[key]:
+                raise NotApproved(step, tgt.text if tgt else None, command, [by_target[key]])
+            continue
+        if command not in every:
+            raise NotApproved(step, tgt.text if tgt else None, command, every)
 
 
 def check_runbook(saved: SavedPlan, runbook: Runbook) -> None:

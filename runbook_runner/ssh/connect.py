@@ -13,16 +13,17 @@ import os
 import shlex
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import paramiko
 
-from runbook_runner.errors import SshSetupError, Unreachable
+from runbook_runner.errors import SshSetupError, TransportError, Unreachable
 from runbook_runner.ssh import knownhosts
 from runbook_runner.ssh.auth import authenticate
 from runbook_runner.ssh.fallback import OPENSSH_DEFAULT_ALGORITHMS
 from runbook_runner.ssh.hooks import Hooks
-from runbook_runner.ssh.hostkeys import verify_host_key
+from runbook_runner.ssh.hostkeys import fingerprint, verify_host_key
 from runbook_runner.ssh.target import SshTarget
 
 # Suggested only among what OpenSSH itself enables by default (never CBC or MD5).
@@ -31,6 +32,50 @@ _OPENSSH_DEFAULTS = {
 }
 # OpenSSH and paramiko spell one algorithm differently.
 _ALIASES = {"curve25519-sha256": "curve25519-sha256@libssh.org"}
+
+
+class NotThePlansHost(TransportError):
+    """run --plan: the host is not the one the plan was made on (another destination, or
+    another host key offered in the handshake). Refused before any login: exit 3."""
+
+
+def check_plan_destination(target: SshTarget) -> None:
+    """run --plan: the destination OpenSSH resolved now must be the plan's (before any
+    connection is opened)."""
+    pin = target.plan_pin
+    if pin is None:
+        return
+    now = (target.hostname, target.port, target.user)
+    if pin.host_key is None or pin.destination is None:
+        raise NotThePlansHost(
+            f"{target.label}: the plan {pin.plan} was made on this machine (--local), not "
+            "over SSH: not connecting",
+            "apply it with --local where it was made, or make a plan for this host",
+        )
+    if now != pin.destination:
+        host, port, user = pin.destination
+        raise NotThePlansHost(
+            f"{target.label}: the plan {pin.plan} was made for {user or '?'}@{host} port "
+            f"{port}, and OpenSSH resolves this run to {target.user or '?'}@{target.hostname} "
+            f"port {target.port}: not connecting",
+            "a plan is applied only on the host it was made on: make a plan for this host",
+        )
+
+
+def check_plan_host_key(target: SshTarget, key: paramiko.PKey) -> None:
+    """run --plan: the key the host offered in the handshake must be the one the plan was
+    made with; checked before any authentication (nothing of ours reaches another host)."""
+    pin = target.plan_pin
+    if pin is None or pin.host_key is None:
+        return
+    offered = fingerprint(key)
+    if offered != pin.host_key:
+        raise NotThePlansHost(
+            f"{target.label}: the host offered the key {key.get_name()} {offered}, and the "
+            f"plan {pin.plan} was made on the host with the key {pin.host_key}: another host; "
+            "not logging in",
+            "a plan is applied only on the host it was made on: make a plan for this host",
+        )
 
 
 def connect_route(
@@ -43,6 +88,7 @@ def connect_route(
     sock: Any = None
     previous: SshTarget | None = None
     client: paramiko.SSHClient | None = None
+    check_plan_destination(target)  # run --plan: only where the plan was made
     for hop in target.route:
         algorithms(hop)  # an algorithm list nothing can satisfy is refused before connecting
     for hop in target.route:
@@ -53,8 +99,8 @@ def connect_route(
         elif hop.proxy_command:
             sock = _proxy_command(hop)
         else:
-            sock = _open_socket(hop)
-        client = connect_one(hop, sock, hooks)
+            sock = _open_socket(hop, target.on_open)
+        client = connect_one(hop, sock, hooks, target.on_open)
         opened.append(client)
         previous = hop
     assert client is not None
@@ -88,7 +134,7 @@ def _proxy_command(hop: SshTarget) -> paramiko.ProxyCommand:
         ) from None
 
 
-def _open_socket(target: SshTarget) -> socket.socket:
+def _open_socket(target: SshTarget, on_open: Callable[[Any], None] | None = None) -> socket.socket:
     family = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}.get(
         target.address_family, socket.AF_UNSPEC
     )
@@ -103,6 +149,8 @@ def _open_socket(target: SshTarget) -> socket.socket:
     for af, kind, proto, _, address in addresses:
         sock = socket.socket(af, kind, proto)
         sock.settimeout(target.connect_timeout)
+        if on_open is not None:
+            on_open(sock)
         try:
             sock.connect(address)
         except OSError as error:
@@ -160,7 +208,9 @@ def algorithms(target: SshTarget) -> dict[str, tuple[str, ...]]:
     }
 
 
-def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClient:
+def connect_one(
+    target: SshTarget, sock: Any, hooks: Hooks, on_open: Callable[[Any], None] | None = None
+) -> paramiko.SSHClient:
     """Handshake, host key check and login over ``sock``."""
     known = knownhosts.read_files(target.known_hosts_files + target.global_known_hosts_files)
     for problem in known.problems:
@@ -169,6 +219,8 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
         transport = paramiko.Transport(sock)
     except (paramiko.SSHException, OSError) as error:
         raise Unreachable(f"{target.label}: {error}", "check the network path") from None
+    if on_open is not None:
+        on_open(transport)
     try:
         options = transport.get_security_options()
         allowed = algorithms(target)
@@ -203,6 +255,7 @@ def connect_one(target: SshTarget, sock: Any, hooks: Hooks) -> paramiko.SSHClien
                 f"{target.label}: SSH handshake failed ({error or type(error).__name__})",
                 "is an SSH server listening on that port?",
             ) from None
+        check_plan_host_key(target, key)  # run --plan: before any authentication
         verify_host_key(target, known.entries, key, hooks)
         authenticate(transport, target, hooks)
         if target.server_alive_interval > 0:

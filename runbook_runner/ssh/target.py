@@ -3,12 +3,26 @@ resolves it (OpenSSH's effective configuration), and the route of jump hosts to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runbook_runner.ssh.tokens import home
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class PlanPin:
+    """run --plan: the host the plan was made on. ``destination`` is (hostname, port,
+    user) as ``ssh -G`` resolved them, ``host_key`` the SHA256 fingerprint of the key the
+    host offered (both None: the plan was made with --local). ssh/connect.py refuses
+    another destination before connecting and another key before logging in."""
+
+    plan: str  # the plan file, for messages
+    host_key: str | None
+    destination: tuple[str, int, str | None] | None
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,10 @@ class SshTarget:
     ciphers: tuple[str, ...] = ()
     macs: tuple[str, ...] = ()
     ssh_config: Path | None = None
+    plan_pin: PlanPin | None = field(default=None, compare=False)  # run --plan's host
+    # Each socket and paramiko transport opened on the way, as it is opened (a fleet's stop
+    # shuts the connections still being made: fleet/stop.py).
+    on_open: Callable[[Any], None] | None = field(default=None, compare=False)
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property

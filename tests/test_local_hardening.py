@@ -1,0 +1,147 @@
+"""--local with a hostile PATH and as a user who is not root; a --prometheus folder that
+cannot be written (issue #38).
+
+Each runs the command as a process of its own, as a user who is not root: when the tests
+run as root, in a user namespace of its own (``unshare --user``: its uid is nobody's, and
+what root owns is only the owner's to write, by its mode), else as the tester.
+Nothing here changes the machine: the runbook only prints, and a "root" step goes through
+``sudo -n``, which a user who is not root is refused (or which is not installed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runbook_runner.exitcodes import ExitCode
+
+REPO = Path(__file__).resolve().parent.parent
+
+RUNBOOK = """\
+name: {name}
+title: t
+summary: s
+observations:
+  words: {{command: "printf '%s\\\\n' hello", parser: lines}}
+checks:
+  said: {{description: it said hello twice, expect: count(words) == {count}}}
+goal: [said]
+steps:
+  - id: as-root
+    title: a root step
+    run: printf '%s' step-ran
+    root: true
+    fixes: [said]
+"""
+
+
+def not_root() -> list[str]:
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed: cannot run as a user who is not root")
+    probe = subprocess.run(
+        ["unshare", "--user", sys.executable, "-c", "import os; print(os.geteuid())"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if probe.returncode != 0 or probe.stdout.strip() == "0":
+        pytest.skip(f"no user namespace here ({probe.stderr.strip()[:100]})")
+    return ["unshare", "--user"]
+
+
+def runbook(tmp_path: Path, count: int) -> Path:
+    name = f"local-{count}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(RUNBOOK.format(name=name, count=count))
+    path.chmod(0o644)
+    return path
+
+
+def cli(tmp_path: Path, *argv: str, path: str | None = None, cwd: Path | None = None):
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(
+        [*not_root(), sys.executable, "-m", "runbook_runner", *argv],
+        capture_output=True, text=True, timeout=120, check=False, env=env, cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def open_folder(tmp_path):
+    tmp_path.chmod(0o777)  # the user namespace's nobody writes its journal here
+    return tmp_path
+
+
+def trojans(folder: Path) -> Path:
+    """A folder of commands a hostile PATH would find first: each records that it ran."""
+    log = folder / "trojan.log"
+    for name in ("sudo", "printf", "sh", "id", "nvidia-smi"):
+        script = folder / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\nexit 0\n')
+        script.chmod(0o755)
+    return log
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [".:{path}", "{path}::", ":{path}", "bin:{path}"],
+    ids=["dot-first", "empty-last", "empty-first", "relative"],
+)
+def test_local_never_runs_a_command_from_the_current_directory(open_folder, hostile):
+    log = trojans(open_folder)
+    (open_folder / "bin").mkdir()
+    for name in ("sudo", "printf"):
+        shutil.copy(open_folder / name, open_folder / "bin" / name)
+    path = hostile.format(path=os.environ.get("PATH", "/usr/bin:/bin"))
+    done = cli(
+        open_folder,
+        "run", str(runbook(open_folder, 2)), "--local", "--allow-local-changes", "--yes",
+        path=path, cwd=open_folder,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr
+    assert done.returncode == ExitCode.GOAL_NOT_MET, done.stdout + done.stderr
+    assert not log.exists(), log.read_text()
+
+
+def test_local_as_a_user_who_is_not_root_says_a_root_step_needs_root(open_folder):
+    done = cli(
+        open_folder,
+        "run", str(runbook(open_folder, 2)), "--local", "--allow-local-changes", "--yes",
+        cwd=open_folder,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == ExitCode.GOAL_NOT_MET, out
+    assert "Traceback" not in out
+    assert "needs root" in out
+    assert "as nobody" in out or os.geteuid() != 0  # the login the run names is this user's
+    journals = list((open_folder / "state").rglob("*.jsonl"))
+    assert len(journals) == 1  # journalled where this user may write
+
+
+def test_a_prometheus_folder_that_cannot_be_written_is_one_line_naming_it(open_folder):
+    folder = open_folder / "textfile"
+    folder.mkdir()
+    folder.chmod(0o555)  # root's, read-only to anyone else (and to the namespace's nobody)
+    target = folder / "runbook.prom"
+    done = cli(
+        open_folder,
+        "check", str(runbook(open_folder, 1)), "--local", "--prometheus", str(target),
+        cwd=open_folder,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.BAD_INPUT, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, done.stderr
+    assert f"--prometheus {target}: cannot write it" in errors[0]
+    assert "goal holds" in done.stdout + done.stderr  # the check itself was made and said
+    assert list(folder.iterdir()) == []  # no half file, no temporary left behind
