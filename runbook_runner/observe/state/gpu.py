@@ -54,6 +54,14 @@ class Gpu:
     mig_mode: str | None = reported("MIG mode")  # Enabled / Disabled (nvidia-smi -q)
     mig_devices: int = _count("MIG devices")  # its MIG devices (GPU + compute instance pairs)
     mig_processes: int = _count("processes in MIG instances")  # instances in use: a reset waits
+    # Its PCI address as the kernel's Xid lines write it (XidEvent.pci: "0000:48:00", lower
+    # case): a check scoped to a GPU's Xids matches on it. Derived from pci_bus_id.
+    pci: str | None = reported("pci")
+
+    def __post_init__(self) -> None:
+        if self.pci is None and self.pci_bus_id and self.pci_bus_id.count(":") == 2:
+            domain, bus, device = self.pci_bus_id.split(":")
+            object.__setattr__(self, "pci", f"{domain[-4:]}:{bus}:{device.split('.')[0]}".lower())
 
     def describe(self) -> str:
         name = f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
