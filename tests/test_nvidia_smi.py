@@ -223,7 +223,8 @@ def test_a_gpu_whose_fields_answer_a_fault_is_that_gpus_fault_not_the_nodes():
         (2, "reset-required"),
         (3, "gpu-lost"),
     ]
-    assert gpus[0].memory_used_mib == 3 and gpus[1].memory_used_mib is None
+    assert gpus[0].memory_used_mib == 3
+    assert gpus[1].memory_used_mib is None
     assert gpus[3].pci == "0000:48:00"  # as the kernel's Xid lines write it
 
 
@@ -247,8 +248,10 @@ def test_only_the_device_handle_line_is_still_a_failure_of_the_command():
 
 def test_a_per_gpu_retry_that_timed_out_is_that_gpu_alone():
     q = fixture_text("nvidia-smi/q-590.48.01-h200-load.txt")
-    text = "@@ nvidia-smi -q gave no answer in 20 s: asking each GPU\n" + q + (
-        "@@ timed-out 0000:19:00.0\n"
+    text = (
+        "@@ nvidia-smi -q gave no answer in 20 s: asking each GPU\n"
+        + q
+        + ("@@ timed-out 0000:19:00.0\n")
     )
     gpus = nvidia_smi_q.parse_query(text, 0)
     assert [(g.index, g.pci_bus_id, g.fault) for g in gpus] == [
@@ -313,7 +316,9 @@ def render_call(env, args):
     return nvidia_smi(env, args)
 
 
-CAPTURE_FIELDS = "timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,process_name,used_gpu_memory"
+CAPTURE_FIELDS = (
+    "timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,process_name,used_gpu_memory"
+)
 
 
 def test_i_n_query_compute_apps_answers_only_that_gpu_in_the_format_the_real_one_prints():
@@ -342,13 +347,21 @@ def test_i_n_query_compute_apps_answers_only_that_gpu_in_the_format_the_real_one
     )
     assert all(shape.match(row) for row in real_rows)  # the shape is the real one's
     assert all(shape.match(row) for row in rows), rows
-    parsed = PARSERS["gpu-processes"].parse(text, status, f"nvidia-smi -i 2 --query-compute-apps={CAPTURE_FIELDS} --format=csv")
+    parsed = PARSERS["gpu-processes"].parse(
+        text, status, f"nvidia-smi -i 2 --query-compute-apps={CAPTURE_FIELDS} --format=csv"
+    )
     real_parsed = parse_fixture("nvidia-smi/csv-compute-apps-590.48.01-h200-load.txt")
     assert [(p.pid, p.used_memory_mib) for p in parsed] == [(4122, 90_112), (4123, 1_024)]
     assert {p.gpu_bus_id for p in parsed} == {host.gpu(2).bus_id}
-    assert all(type(a) is type(b) for p, r in zip(parsed, real_parsed) for a, b in zip(
-        (p.pid, p.used_memory_mib, p.gpu_bus_id, p.gpu_uuid),
-        (r.pid, r.used_memory_mib, r.gpu_bus_id, r.gpu_uuid), strict=True))
+    assert all(
+        type(a) is type(b)
+        for p, r in zip(parsed, real_parsed, strict=False)
+        for a, b in zip(
+            (p.pid, p.used_memory_mib, p.gpu_bus_id, p.gpu_uuid),
+            (r.pid, r.used_memory_mib, r.gpu_bus_id, r.gpu_uuid),
+            strict=True,
+        )
+    )
     everywhere, _ = simulated(host, f"--query-compute-apps={CAPTURE_FIELDS}", "--format=csv")
     assert len(everywhere.splitlines()) == 1 + 4  # without -i: every GPU's
 
@@ -367,7 +380,9 @@ def test_q_sections_and_i_as_the_real_one_prints_them():
     host = oom_crash()
     text, status = simulated(host, "-q", "-d", "MEMORY", "-i", "2")
     assert status == 0
-    assert text.count("\nGPU ") == 1 and "FB Memory Usage" in text and "Minor Number" not in text
+    assert text.count("\nGPU ") == 1
+    assert "FB Memory Usage" in text
+    assert "Minor Number" not in text
     (gpu,) = nvidia_smi_q.parse_query(text)
     assert (gpu.pci_bus_id, gpu.memory_used_mib) == (host.gpu(2).bus_id, 3 + 96_410)
     assert "Remapped Rows" in simulated(host, "-q", "-d", "ROW_REMAPPER,ECC", "-i", "0")[0]
@@ -417,3 +432,55 @@ def test_the_simulated_mig_gpu_lists_its_instances_and_processes_per_instance():
     host.processes.clear()
     host.reset(host.gpu(1))
     assert host.gpu(1).mig == []  # a reset destroys the instances
+
+
+def test_the_gpus_query_that_hangs_is_asked_again_gpu_by_gpu_with_its_own_timeout(tmp_path):
+    """gpu-oom-recovery's gpus observation: the whole `nvidia-smi -q` hangs (one GPU hangs
+    the driver), so each GPU the driver lists is asked alone; the one that hangs again is
+    that GPU's fault, and the others are read. Run in bash with a stand-in nvidia-smi; the
+    script's timeouts (20 s, 8 s) and its /proc folder are made small and local."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+    from runbook_runner.runbook import load
+
+    command = load(REPO / "runbooks" / "gpu-oom-recovery.yaml").observations["gpus"].command
+    assert command is not None
+    script = command.render(lambda name: "")
+    assert "timeout 20 nvidia-smi -q" in script
+    assert "timeout 8 nvidia-smi -q -i" in script
+    gpus_dir = tmp_path / "gpus"
+    for bus in ("0000:18:00.0", "0000:28:00.0", "0000:38:00.0"):
+        (gpus_dir / bus).mkdir(parents=True)
+    script = (
+        script.replace("timeout 20 ", "timeout 1 ")
+        .replace("timeout 8 ", "timeout 1 ")
+        .replace("/proc/driver/nvidia/gpus", str(gpus_dir))
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *0000:28:00.0*|-q) exec sleep 30;; esac\n'
+        "bus=${3#0000:}\n"
+        'printf "\\n==============NVSMI LOG==============\\n\\nAttached GPUs : 3\\n"\n'
+        'printf "GPU 00000000:%s\\n    Minor Number : 0\\n    FB Memory Usage\\n" "$bus"\n'
+        'printf "        Total : 97887 MiB\\n        Used : 3 MiB\\n"\n'
+    )
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    gpus = PARSERS["gpus-detail"].parse(done.stdout, done.returncode, "nvidia-smi -q")
+    assert [(g.index, g.pci_bus_id, g.fault, g.memory_used_mib) for g in gpus] == [
+        (0, "00000000:18:00.0", "", 3),
+        (1, "00000000:28:00.0", "timed-out", None),
+        (2, "00000000:38:00.0", "", 3),
+    ], done.stdout

@@ -98,7 +98,9 @@ def _claim(folder: Path) -> None:
     if folder.exists() and entries is None:
         raise UsageError(f"--folder {folder}: a file is in the way (not a folder)", "runbook sim")
     if entries and MARKER not in entries:
-        shown = ", ".join(entries[:8]) + (f" and {len(entries) - 8} more" if len(entries) > 8 else "")
+        shown = ", ".join(entries[:8]) + (
+            f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+        )
         raise UsageError(
             f"--folder {folder}: not empty and not made by runbook sim (in the way: {shown}); "
             "give a new or empty folder, or one an earlier runbook sim made",

@@ -68,7 +68,9 @@ def parse_list(text: str, exit_status: int = 0) -> tuple[MigDevice, ...]:
         elif (match := _MIG_LINE.match(line)) is not None and gpu is not None:
             found.append(MigDevice(gpu, match["name"], match["uuid"], int(match["index"])))
         else:
-            raise ParseError(f"nvidia-smi -L line {number} is neither a GPU nor a MIG device: {line[:100]!r}")
+            raise ParseError(
+                f"nvidia-smi -L line {number} is neither a GPU nor a MIG device: {line[:100]!r}"
+            )
     return tuple(found)
 
 
@@ -79,7 +81,9 @@ def _table_rows(text: str, what: str) -> list[str]:
         if not line:
             continue
         if not _FRAME.match(line):
-            raise ParseError(f"nvidia-smi mig {what} line {number} is not part of its table: {line[:100]!r}")
+            raise ParseError(
+                f"nvidia-smi mig {what} line {number} is not part of its table: {line[:100]!r}"
+            )
         if line.startswith("|") and re.match(r"^\|\s*\d", line):
             rows.append(line)
     return rows

@@ -86,7 +86,9 @@ _DEVICE_HANDLE = re.compile(
     r"^Unable to determine the device handle for GPU ?"
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (?P<why>.*)$"
 )
-_TIMED_OUT = re.compile(r"^@@ timed-out (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_TIMED_OUT = re.compile(
+    r"^@@ timed-out (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$"
+)
 _RETRY_NOTE = re.compile(r"^@@ ")
 
 
@@ -134,7 +136,9 @@ def indexed_by_bus(gpus: list[Gpu]) -> list[Gpu]:
     told = [(i, g.index) for i, g in enumerate(ordered) if g.index is not None]
     if any(g.pci_bus_id is None for g in ordered) or any(i != index for i, index in told):
         return gpus
-    return [g if g.index is not None else dataclasses.replace(g, index=i) for i, g in enumerate(ordered)]
+    return [
+        g if g.index is not None else dataclasses.replace(g, index=i) for i, g in enumerate(ordered)
+    ]
 
 
 class NvidiaSmiFailure(ParseError):

@@ -8,7 +8,6 @@ from runbook_runner.simhost import render
 from runbook_runner.simhost.env import Env, option
 from runbook_runner.simhost.model import SimHost
 
-
 NO_DEVICES = "No devices were found\n"
 
 
@@ -20,7 +19,11 @@ def _ids(host: SimHost, text: str | None) -> list[int] | None:
     chosen = []
     for word in (w.strip() for w in text.split(",")):
         for gpu in host.gpus:
-            if word == str(gpu.index) or word.lower() == gpu.uuid.lower() or _same_bus(word, gpu.bus_id):
+            if (
+                word == str(gpu.index)
+                or word.lower() == gpu.uuid.lower()
+                or _same_bus(word, gpu.bus_id)
+            ):
                 chosen.append(gpu.index)
                 break
         else:
@@ -66,7 +69,9 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     status = 15 if lost else 0  # the others' report is printed; the lost one's line says why
     if detail:
         sections = tuple(
-            s.strip().upper() for s in (option(args, "-d", "--display") or "").split(",") if s.strip()
+            s.strip().upper()
+            for s in (option(args, "-d", "--display") or "").split(",")
+            if s.strip()
         )
         unknown = [s for s in sections if s not in render.SECTIONS]
         if unknown:

@@ -225,7 +225,9 @@ def query_detail(
                 row(8, "Remapping Failure Occurred", fault or "No"),
             ]
         if full or "PIDS" in sections:
-            parts += _processes_detail(host, gpu, row) if not fault else [row(4, "Processes", fault)]
+            parts += (
+                _processes_detail(host, gpu, row) if not fault else [row(4, "Processes", fault)]
+            )
         parts.append("\n")
     return "".join(parts)
 
@@ -258,7 +260,9 @@ def gpu_list(host: SimHost, ids: list[int] | None = None) -> str:
         lines.append(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
         for number, instance in enumerate(gpu.mig if gpu.mig_enabled else ()):
             profile = f"MIG {instance.get('profile', '1g.12gb')}"
-            uuid = f"MIG-5a1e{gpu.index:04d}-{int(instance.get('gi', 0)):04d}-4000-8000-{number:012d}"
+            uuid = (
+                f"MIG-5a1e{gpu.index:04d}-{int(instance.get('gi', 0)):04d}-4000-8000-{number:012d}"
+            )
             lines.append(f"  {profile:<16}Device {number:>2}: (UUID: {uuid})")
     return "".join(line + "\n" for line in lines)
 
