@@ -60,3 +60,40 @@ def test_a_gpu_whose_mig_instances_are_in_use_is_never_in_the_reset_scope():
     sick_in_use = (gpu(1, None, fault="reset-required", mig_processes=1),)
     xid = "NVRM: Xid (PCI:0000:28:00): 95, pid=1, Uncontained\n"
     assert failing_indexes(check("sick-gpus-reset", sick_in_use, xid)) == []
+
+
+def test_node_health_judges_the_gpus_that_answer_and_names_the_sick_one():
+    health = load(REPO / "runbooks" / "gpu-node-health.yaml")
+    params = {name: p.default for name, p in health.parameters.items()}
+    gpus = (
+        Gpu(index=0, persistence_mode="Enabled"),
+        Gpu(index=1, fault="unknown-error"),
+        Gpu(index=2, persistence_mode="Disabled"),
+    )
+    state = {"gpus": gpus}
+    persistence = evaluate_check(health.checks["persistence-mode-on"], health, state, params)
+    assert not persistence.cannot_tell
+    assert failing_indexes(persistence) == [2]
+    answer = evaluate_check(health.checks["gpus-answer"], health, state, params)
+    assert failing_indexes(answer) == [1]
+
+
+def test_a_state_file_describes_a_sick_gpu_and_a_mig_gpu_with_a_process_in_an_instance():
+    import yaml
+
+    from runbook_runner.simhost.statefile import host_from_state
+
+    host = host_from_state(
+        yaml.safe_load(
+            """
+gpus:
+  - {index: 0, fault: reset-required}
+  - {index: 1, mig_enabled: true, mig: [{gi: 1, ci: 0, profile: 3g.48gb, placement: "4:4"}]}
+processes:
+  - {pid: 7301, cmdline: "python3 nb.py", gpu_mib: {1: 3000}, mig_gi: 1, mig_ci: 0}
+"""
+        )
+    )
+    assert host.gpu(0).fault == "reset-required"
+    assert host.gpu(1).mig[0]["gi"] == 1
+    assert (host.processes[0].mig_gi, host.processes[0].mig_ci) == (1, 0)
