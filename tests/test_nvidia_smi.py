@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import fixture_index, fixture_text
@@ -192,3 +194,293 @@ def test_query_from_command_reads_fields_and_format():
 def test_used_memory_alias_is_understood_without_header():
     (proc,) = parse_compute_apps("77, 1024\n", ("pid", "used_memory"))
     assert (proc.pid, proc.used_memory_mib) == (77, 1024)
+
+
+# -- one sick GPU is one GPU (issue 33) ------------------------------------------------------
+
+from runbook_runner.observe import nvidia_mig, nvidia_smi_q  # noqa: E402
+from runbook_runner.simhost import render  # noqa: E402
+from runbook_runner.simhost.commands import Env  # noqa: E402
+from runbook_runner.simhost.hosts import mig_gpu1_in_use, oom_crash  # noqa: E402
+from runbook_runner.simhost.model import SimProcess  # noqa: E402
+from runbook_runner.simhost.simulated import SimClock, SimProcesses  # noqa: E402
+
+HANDLE_LOST = fixture_text("nvidia-smi/error-unable-device-handle-unknown-error.txt")
+GPU_QUERY = "nvidia-smi --query-gpu=index,pci.bus_id,memory.used --format=csv,noheader"
+
+
+def test_a_gpu_whose_fields_answer_a_fault_is_that_gpus_fault_not_the_nodes():
+    text = (
+        "0, 00000000:18:00.0, 3 MiB\n"
+        "1, 00000000:28:00.0, [Unknown Error]\n"
+        "2, 00000000:38:00.0, [GPU requires reset]\n"
+        "3, 00000000:48:00.0, [GPU is lost]\n"
+    )
+    gpus = PARSERS["gpus"].parse(text, 0, GPU_QUERY)
+    assert [(g.index, g.fault) for g in gpus] == [
+        (0, ""),
+        (1, "unknown-error"),
+        (2, "reset-required"),
+        (3, "gpu-lost"),
+    ]
+    assert gpus[0].memory_used_mib == 3
+    assert gpus[1].memory_used_mib is None
+    assert gpus[3].pci == "0000:48:00"  # as the kernel's Xid lines write it
+
+
+def test_a_device_handle_line_among_rows_is_one_gpu_with_its_index_from_bus_order():
+    # The real line (a 4-digit domain, no space after GPU) for the GPU at 07:00.0, between
+    # the rows of the GPUs before and after it on the bus.
+    text = "0, 00000000:03:00.0, 5 MiB\n" + HANDLE_LOST + "\n2, 00000000:0B:00.0, 7 MiB\n"
+    gpus = PARSERS["gpus"].parse(text, 15, GPU_QUERY)
+    assert [(g.index, g.pci_bus_id, g.fault) for g in gpus] == [
+        (0, "00000000:03:00.0", ""),
+        (1, "00000000:07:00.0", "unknown-error"),
+        (2, "00000000:0B:00.0", ""),
+    ]
+
+
+def test_only_the_device_handle_line_is_still_a_failure_of_the_command():
+    with pytest.raises(NvidiaSmiFailure) as raised:
+        PARSERS["gpus"].parse(HANDLE_LOST, 0, GPU_QUERY)
+    assert raised.value.condition == "gpu-lost"
+
+
+def test_a_per_gpu_retry_that_timed_out_is_that_gpu_alone():
+    q = fixture_text("nvidia-smi/q-590.48.01-h200-load.txt")
+    text = (
+        "@@ nvidia-smi -q gave no answer in 20 s: asking each GPU\n"
+        + q
+        + ("@@ timed-out 0000:19:00.0\n")
+    )
+    gpus = nvidia_smi_q.parse_query(text, 0)
+    assert [(g.index, g.pci_bus_id, g.fault) for g in gpus] == [
+        (0, "00000000:19:00.0", "timed-out"),
+        (1, "00000000:83:00.0", ""),
+    ]
+    assert gpus[1].memory_used_mib == 32362
+
+
+def test_q_reads_mig_mode_devices_and_processes_per_instance():
+    (mig,) = nvidia_smi_q.parse_query(fixture_text("nvidia-smi/q-590.48.01-h200-mig-idle.txt"))
+    assert (mig.mig_mode, mig.mig_devices, mig.mig_processes) == ("Enabled", 5, 0)
+    (whole,) = nvidia_smi_q.parse_query(fixture_text("nvidia-smi/q-590.48.01-h200-load.txt"))
+    assert (whole.mig_mode, whole.mig_devices, whole.mig_processes) == ("Disabled", 0, 0)
+    processes = nvidia_smi_q.parse_processes(fixture_text("nvidia-smi/q-590.48.01-h200-load.txt"))
+    assert [(p.pid, p.used_memory_mib, p.gpu_instance_id) for p in processes] == [
+        (10291, 2566, None),
+        (10293, 1542, None),
+        (10309, 28234, None),
+    ]
+
+
+def test_mig_listings_from_real_output():
+    devices = nvidia_mig.parse_list(fixture_text("nvidia-smi/list-590.48.01-h100-mig.txt"))
+    assert [(d.gpu, d.mig_index, d.name) for d in devices] == [
+        (0, None, "NVIDIA H100 80GB HBM3"),
+        (0, 0, "3g.40gb"),
+        (0, 1, "2g.20gb"),
+        (0, 2, "1g.10gb"),
+        (0, 3, "1g.10gb"),
+    ]
+    many = nvidia_mig.parse_list(fixture_text("nvidia-smi/list-8x-h100-7mig-each.txt"))
+    assert sum(d.mig_index is not None for d in many) == 56
+    assert len(nvidia_mig.parse_list(fixture_text("nvidia-smi/list-590.48.01-h200.txt"))) == 1
+    gis = nvidia_mig.parse_gpu_instances(fixture_text("nvidia-smi/mig-lgi-a100-2x3g.txt"))
+    assert [(g.gpu, g.profile, g.profile_id, g.instance_id, g.placement) for g in gis] == [
+        (0, "MIG 3g.20gb", 9, 1, "4:4"),
+        (0, "MIG 3g.20gb", 9, 2, "0:4"),
+    ]
+    cis = nvidia_mig.parse_compute_instances(fixture_text("nvidia-smi/mig-lci-a100-2x1c.txt"))
+    assert [(c.gpu, c.gpu_instance_id, c.profile, c.instance_id) for c in cis] == [
+        (0, 1, "MIG 1c.3g.20gb", 0),
+        (0, 2, "MIG 1c.3g.20gb", 0),
+    ]
+    assert nvidia_mig.parse_gpu_instances("No MIG-enabled devices found.\n", 6) == ()
+    with pytest.raises(ParseError):
+        nvidia_mig.parse_compute_instances("| 0 what is this |\n")
+
+
+# -- the simulated nvidia-smi answers as the real one does (issue 36) ------------------------
+
+
+def simulated(host, *args: str) -> tuple[str, int]:
+    env = Env(host, SimProcesses(host, SimClock()))
+    status = render_call(env, list(args))
+    return "".join(env.stdout), status
+
+
+def render_call(env, args):
+    from runbook_runner.simhost.gpu_tools import nvidia_smi
+
+    return nvidia_smi(env, args)
+
+
+CAPTURE_FIELDS = (
+    "timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,process_name,used_gpu_memory"
+)
+
+
+def test_i_n_query_compute_apps_answers_only_that_gpu_in_the_format_the_real_one_prints():
+    """Done means (issue 36): `nvidia-smi -i N --query-compute-apps=...` on the simulated
+    host, against the real capture of the same query (an H200, driver 590.48.01). There is
+    no real capture of the -i N form: -i only selects the GPUs, so its rows are the real
+    format's rows of GPU N alone."""
+    real = fixture_text("nvidia-smi/csv-compute-apps-590.48.01-h200-load.txt")
+    real_header, *real_rows = real.splitlines()
+    host = oom_crash()
+    host.processes = [
+        SimProcess(pid=4120, cmdline="sglang::scheduler_TP0", gpu_mib={"0": 90_112}),
+        SimProcess(pid=4122, cmdline="sglang::scheduler_TP2", gpu_mib={"2": 90_112}),
+        SimProcess(pid=4123, cmdline="python3 train.py", gpu_mib={"2": 1_024, "3": 2_048}),
+    ]
+    text, status = simulated(
+        host, "-i", "2", f"--query-compute-apps={CAPTURE_FIELDS}", "--format=csv"
+    )
+    assert status == 0
+    header, *rows = text.splitlines()
+    assert header == real_header  # the same header, byte for byte
+    assert len(rows) == 2  # GPU 2's processes: not GPU 0's, not GPU 3's
+    shape = re.compile(
+        r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}, [^,]+, [0-9A-F]{8}:[0-9A-F]{2}:00\.0, "
+        r"[^,]+, GPU-[0-9a-f-]{36}, \d+, [^,]+, \d+ MiB$"
+    )
+    assert all(shape.match(row) for row in real_rows)  # the shape is the real one's
+    assert all(shape.match(row) for row in rows), rows
+    parsed = PARSERS["gpu-processes"].parse(
+        text, status, f"nvidia-smi -i 2 --query-compute-apps={CAPTURE_FIELDS} --format=csv"
+    )
+    real_parsed = parse_fixture("nvidia-smi/csv-compute-apps-590.48.01-h200-load.txt")
+    assert [(p.pid, p.used_memory_mib) for p in parsed] == [(4122, 90_112), (4123, 1_024)]
+    assert {p.gpu_bus_id for p in parsed} == {host.gpu(2).bus_id}
+    assert all(
+        type(a) is type(b)
+        for p, r in zip(parsed, real_parsed, strict=False)
+        for a, b in zip(
+            (p.pid, p.used_memory_mib, p.gpu_bus_id, p.gpu_uuid),
+            (r.pid, r.used_memory_mib, r.gpu_bus_id, r.gpu_uuid),
+            strict=True,
+        )
+    )
+    everywhere, _ = simulated(host, f"--query-compute-apps={CAPTURE_FIELDS}", "--format=csv")
+    assert len(everywhere.splitlines()) == 1 + 4  # without -i: every GPU's
+
+
+def test_i_selects_by_index_bus_id_and_uuid_and_refuses_what_names_no_gpu():
+    host = oom_crash()
+    query = ["--query-gpu=index", "--format=csv,noheader"]
+    assert simulated(host, "-i", "3", *query) == ("3\n", 0)
+    assert simulated(host, "-i", "0000:28:00.0", *query) == ("1\n", 0)
+    assert simulated(host, "--id=0,2", *query) == ("0\n2\n", 0)
+    assert simulated(host, "-i", host.gpu(5).uuid, *query) == ("5\n", 0)
+    assert simulated(host, "-i", "9", *query) == ("No devices were found\n", 6)
+
+
+def test_q_sections_and_i_as_the_real_one_prints_them():
+    host = oom_crash()
+    text, status = simulated(host, "-q", "-d", "MEMORY", "-i", "2")
+    assert status == 0
+    assert text.count("\nGPU ") == 1
+    assert "FB Memory Usage" in text
+    assert "Minor Number" not in text
+    (gpu,) = nvidia_smi_q.parse_query(text)
+    assert (gpu.pci_bus_id, gpu.memory_used_mib) == (host.gpu(2).bus_id, 3 + 96_410)
+    assert "Remapped Rows" in simulated(host, "-q", "-d", "ROW_REMAPPER,ECC", "-i", "0")[0]
+    assert simulated(host, "-q", "-d", "NOPE")[1] == 2
+
+
+def test_the_simulated_host_answers_per_gpu_for_a_lost_or_faulted_gpu():
+    host = oom_crash()
+    host.gpu(3).lost = True
+    host.gpu(5).fault = "unknown-error"
+    text, status = simulated(
+        host, "--query-gpu=index,pci.bus_id,memory.used", "--format=csv,noheader"
+    )
+    assert status == 15
+    assert "Unable to determine the device handle for GPU0000:48:00.0: Unknown Error" in text
+    gpus = PARSERS["gpus"].parse(text, status, GPU_QUERY)
+    assert [g.fault for g in gpus] == ["", "", "", "unknown-error", "", "unknown-error", "", ""]
+    assert [g.index for g in gpus] == list(range(8))  # the lost one in its place on the bus
+    assert [g.fault for g in nvidia_smi_q.parse_query(*simulated(host, "-q"))][3:6] == [
+        "unknown-error",
+        "",
+        "unknown-error",
+    ]
+    assert simulated(host, "-i", "4", "--query-gpu=index", "--format=csv,noheader") == ("4\n", 0)
+    assert simulated(host)[1] == 15  # the table: the whole command fails, as reported
+    host.reset(host.gpu(5))
+    assert host.gpu(5).fault == ""
+
+
+def test_the_simulated_mig_gpu_lists_its_instances_and_processes_per_instance():
+    host = mig_gpu1_in_use()
+    gis = nvidia_mig.parse_gpu_instances(simulated(host, "mig", "-lgi")[0])
+    assert [(g.gpu, g.instance_id, g.placement) for g in gis] == [(1, 1, "4:4"), (1, 2, "0:4")]
+    cis = nvidia_mig.parse_compute_instances(simulated(host, "mig", "-lci", "-i", "1")[0])
+    assert [(c.gpu, c.gpu_instance_id, c.instance_id) for c in cis] == [(1, 1, 0), (1, 2, 0)]
+    assert simulated(host, "mig", "-lgi", "-i", "0") == (render.NO_MIG, 6)
+    devices = nvidia_mig.parse_list(simulated(host, "-L", "-i", "1")[0])
+    assert [d.mig_index for d in devices] == [None, 0, 1]
+    processes = nvidia_smi_q.parse_processes(simulated(host, "-q", "-d", "PIDS")[0])
+    assert [(p.pid, p.gpu_instance_id, p.compute_instance_id) for p in processes] == [(7301, 1, 0)]
+    gpus = nvidia_smi_q.parse_query(simulated(host, "-q")[0])
+    assert [(g.index, g.mig_mode, g.mig_processes) for g in gpus][:3] == [
+        (0, "Disabled", 0),
+        (1, "Enabled", 1),
+        (2, "Disabled", 0),
+    ]
+    host.processes.clear()
+    host.reset(host.gpu(1))
+    assert host.gpu(1).mig == []  # a reset destroys the instances
+
+
+def test_the_gpus_query_that_hangs_is_asked_again_gpu_by_gpu_with_its_own_timeout(tmp_path):
+    """gpu-oom-recovery's gpus observation: the whole `nvidia-smi -q` hangs (one GPU hangs
+    the driver), so each GPU the driver lists is asked alone; the one that hangs again is
+    that GPU's fault, and the others are read. Run in bash with a stand-in nvidia-smi; the
+    script's timeouts (20 s, 8 s) and its /proc folder are made small and local."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+    from runbook_runner.runbook import load
+
+    command = load(REPO / "runbooks" / "gpu-oom-recovery.yaml").observations["gpus"].command
+    assert command is not None
+    script = command.render(lambda name: "")
+    assert "timeout 20 nvidia-smi -q" in script
+    assert "timeout 8 nvidia-smi -q -i" in script
+    gpus_dir = tmp_path / "gpus"
+    for bus in ("0000:18:00.0", "0000:28:00.0", "0000:38:00.0"):
+        (gpus_dir / bus).mkdir(parents=True)
+    script = (
+        script.replace("timeout 20 ", "timeout 1 ")
+        .replace("timeout 8 ", "timeout 1 ")
+        .replace("/proc/driver/nvidia/gpus", str(gpus_dir))
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *0000:28:00.0*|-q) exec sleep 30;; esac\n'
+        "bus=${3#0000:}\n"
+        'printf "\\n==============NVSMI LOG==============\\n\\nAttached GPUs : 3\\n"\n'
+        'printf "GPU 00000000:%s\\n    Minor Number : 0\\n    FB Memory Usage\\n" "$bus"\n'
+        'printf "        Total : 97887 MiB\\n        Used : 3 MiB\\n"\n'
+    )
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    gpus = PARSERS["gpus-detail"].parse(done.stdout, done.returncode, "nvidia-smi -q")
+    assert [(g.index, g.pci_bus_id, g.fault, g.memory_used_mib) for g in gpus] == [
+        (0, "00000000:18:00.0", "", 3),
+        (1, "00000000:28:00.0", "timed-out", None),
+        (2, "00000000:38:00.0", "", 3),
+    ], done.stdout

@@ -52,6 +52,15 @@ IDIOMS = [
     "kill -0 1 2>&1; kill -TERM 999999 2>&1; echo kill=$?",
     "rbr-no-such-tool 2>/dev/null; echo missing=$?",
     "cat; echo stdin-was-empty",
+    # nvidia-smi as the runbooks and the docs call it: -i for every query (an index, a PCI
+    # bus id, a UUID, a list), --query-compute-apps per GPU, -q sections, MIG listings
+    "nvidia-smi -i 2 --query-compute-apps=pid,process_name,used_gpu_memory,gpu_bus_id"
+    " --format=csv; nvidia-smi -i 0,3 --query-gpu=index,pci.bus_id --format=csv,noheader",
+    "nvidia-smi -q -d MEMORY -i 0; nvidia-smi -q -d PIDS -i 00000000:28:00.0",
+    "nvidia-smi -q -d ROW_REMAPPER,ECC -i 4; nvidia-smi -q -i GPU-5a1e0000-0000-4000-8000-000000000001"
+    " | grep -E 'Minor|MIG|Used'",
+    "nvidia-smi mig -lgi; echo lgi=$?; nvidia-smi mig -lci -i 1; echo lci=$?;"
+    " nvidia-smi -i 99 -L; echo none=$?; nvidia-smi -L -i 7",
     "exit 7",
 ]
 

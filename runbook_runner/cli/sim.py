@@ -56,6 +56,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     owned = args.folder is None
     folder = Path(tempfile.mkdtemp(prefix="rbr-sim-")) if owned else Path(args.folder)
+    if not owned:
+        _claim(folder)
     fleet = None
     stop = _StopOnSignal()
     try:
@@ -64,8 +66,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 fleet = SimFleet(args.hosts, build, clock=WallClock, folder=folder / "hosts")
                 files = fleet.write_files(folder, prefix="sim")
             except OSError as error:
+                where = f" ({error.filename})" if error.filename else ""
                 raise UsageError(
-                    f"cannot set up the simulated hosts in {folder}: {error.strerror or error}",
+                    f"cannot set up the simulated hosts in {folder}: "
+                    f"{error.strerror or error}{where}",
                     "runbook sim",
                 ) from None
             fleet.start()
@@ -78,6 +82,40 @@ def cmd_sim(args: argparse.Namespace) -> int:
             shutil.rmtree(folder, ignore_errors=True)
     console.Output(False).line("runbook sim: stopped; the simulated hosts are gone.")
     return 0
+
+
+MARKER = ".runbook-sim"  # in a --folder this command made: it may reuse it
+
+
+def _claim(folder: Path) -> None:
+    """Make ``folder`` ready for a practice host: a new or empty folder, or one an earlier
+    ``runbook sim`` made (its marker file), whose hosts are cleared for the new ones. Any
+    other folder is refused, naming what is in it."""
+    try:
+        entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    except OSError as error:
+        raise UsageError(f"--folder {folder}: {error.strerror or error}", "runbook sim") from None
+    if folder.exists() and entries is None:
+        raise UsageError(f"--folder {folder}: a file is in the way (not a folder)", "runbook sim")
+    if entries and MARKER not in entries:
+        shown = ", ".join(entries[:8]) + (
+            f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+        )
+        raise UsageError(
+            f"--folder {folder}: not empty and not made by runbook sim (in the way: {shown}); "
+            "give a new or empty folder, or one an earlier runbook sim made",
+            "runbook sim",
+        )
+    try:
+        if entries:
+            shutil.rmtree(folder / "hosts", ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARKER).write_text("made by runbook sim: it may reuse this folder\n")
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        raise UsageError(
+            f"--folder {folder}: {error.strerror or error}{where}", "runbook sim"
+        ) from None
 
 
 class _StopOnSignal:
@@ -178,6 +216,7 @@ def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
     sim.add_argument(
         "--folder",
         metavar="DIR",
-        help="keep the key, known_hosts, ssh_config and the hosts' state here "
-        "(default: a temporary folder, removed at exit)",
+        help="keep the key, known_hosts, ssh_config and the hosts' state here: a new or "
+        "empty folder, or one an earlier runbook sim made (it is reused); "
+        "default: a temporary folder, removed at exit",
     )

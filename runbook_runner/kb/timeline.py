@@ -22,20 +22,52 @@ def _gib(value: object) -> str:
     return f"{value / 2**30:,.1f} GiB" if isinstance(value, int | float) else "?"
 
 
+def holders_by_gpu(holders: object, gpus: Mapping[Any, Mapping[str, Any]]) -> dict[Any, list[str]]:
+    """GPU index -> 'PID (owner class)' of each process that holds its device file, from the
+    state's ``holders`` (each with the minor numbers of the /dev/nvidiaN it holds). A GPU's
+    minor number is its own where the state gives it, else its index (as on most hosts)."""
+    index_of = {
+        g.get("minor_number", index): index for index, g in gpus.items() if isinstance(g, Mapping)
+    }
+    found: dict[Any, list[str]] = {}
+    for holder in holders if isinstance(holders, list) else []:
+        if not isinstance(holder, Mapping):
+            continue
+        for minor in holder.get("gpus") or []:
+            index = index_of.get(minor, minor)
+            found.setdefault(index, []).append(
+                f"PID {text(holder.get('pid'))} ({text(holder.get('owner') or '?')})"
+            )
+    return found
+
+
+def _held(holders: list[str] | None, most: int = 4) -> str:
+    if not holders:
+        return "–"
+    more = f", +{len(holders) - most}" if len(holders) > most else ""
+    return ", ".join(holders[:most]) + more
+
+
 def state_tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     b_state, a_state = before.get("state") or {}, after.get("state") or {}
     out: list[str] = []
     b_gpus = {g.get("index"): g for g in b_state.get("gpus") or [] if isinstance(g, Mapping)}
     a_gpus = {g.get("index"): g for g in a_state.get("gpus") or [] if isinstance(g, Mapping)}
     indices = sorted({*b_gpus, *a_gpus}, key=lambda i: (not isinstance(i, int), str(i)))
+    b_held = holders_by_gpu(b_state.get("holders"), b_gpus)
+    a_held = holders_by_gpu(a_state.get("holders"), a_gpus)
     if indices:
-        out += ["| GPU | Used before | Used after | Total |", "|---|---|---|---|"]
+        out += [
+            "| GPU | Used before | Used after | Total | Holders before | Holders after |",
+            "|---|---|---|---|---|---|",
+        ]
         for index in indices:
             b, a = b_gpus.get(index, {}), a_gpus.get(index, {})
             total = b.get("memory_total_mib", a.get("memory_total_mib"))
             out.append(
                 f"| {text(index)} | {_mib(b.get('memory_used_mib'))} "
-                f"| {_mib(a.get('memory_used_mib'))} | {_mib(total)} |"
+                f"| {_mib(a.get('memory_used_mib'))} | {_mib(total)} "
+                f"| {_held(b_held.get(index))} | {_held(a_held.get(index))} |"
             )
         out.append("")
     b_mem, a_mem = b_state.get("memory") or {}, a_state.get("memory") or {}

@@ -16,6 +16,7 @@ from runbook_runner.observe import (
     fuser,
     meminfo,
     number,
+    nvidia_mig,
     nvidia_smi,
     nvidia_smi_q,
     proctree,
@@ -28,14 +29,17 @@ from runbook_runner.observe import (
     xid,
 )
 from runbook_runner.observe.state import (
+    ComputeInstance,
     DeviceHolder,
     Filesystem,
     Gpu,
+    GpuInstance,
     GpuProcess,
     HostProcess,
     LaunchConfig,
     MemInfo,
     Memory,
+    MigDevice,
     Number,
     ProcessOwner,
     ShmSegment,
@@ -68,6 +72,22 @@ def _gpu_processes(text: str, status: int, command: str) -> Any:
 
 def _gpus_detail(text: str, status: int, command: str) -> Any:
     return nvidia_smi_q.parse_query(text, status)
+
+
+def _gpu_processes_detail(text: str, status: int, command: str) -> Any:
+    return nvidia_smi_q.parse_processes(text, status)
+
+
+def _gpu_list(text: str, status: int, command: str) -> Any:
+    return nvidia_mig.parse_list(text, status)
+
+
+def _gpu_instances(text: str, status: int, command: str) -> Any:
+    return nvidia_mig.parse_gpu_instances(text, status)
+
+
+def _compute_instances(text: str, status: int, command: str) -> Any:
+    return nvidia_mig.parse_compute_instances(text, status)
 
 
 def _holders(text: str, status: int, command: str) -> Any:
@@ -147,6 +167,31 @@ PARSERS: dict[str, Parser] = {
     ),
     "gpus-detail": Parser(
         Gpu, True, _gpus_detail, "nvidia-smi -q (adds each GPU's minor number)", "nvidia-smi"
+    ),
+    "gpu-processes-detail": Parser(
+        GpuProcess,
+        True,
+        _gpu_processes_detail,
+        "nvidia-smi -q -d PIDS: each process with its GPU and, in MIG mode, its GPU and "
+        "compute instance",
+        "nvidia-smi",
+    ),
+    "gpu-list": Parser(
+        MigDevice,
+        True,
+        _gpu_list,
+        "nvidia-smi -L: each GPU, then each of its MIG devices",
+        "nvidia-smi",
+    ),
+    "mig-gpu-instances": Parser(
+        GpuInstance, True, _gpu_instances, "nvidia-smi mig -lgi: the GPU instances", "nvidia-smi"
+    ),
+    "mig-compute-instances": Parser(
+        ComputeInstance,
+        True,
+        _compute_instances,
+        "nvidia-smi mig -lci: the compute instances",
+        "nvidia-smi",
     ),
     "device-holders": Parser(
         DeviceHolder, True, _holders, "fuser -v /dev/nvidia* 2>&1 (ok_exit: [0, 1])", "fuser"

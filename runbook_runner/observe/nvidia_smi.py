@@ -5,10 +5,19 @@ has no header), never by position: the field sets differ between drivers.
 Bracketed placeholders (``[N/A]``, ``[Not Supported]``, ...) become ``None``.
 nvidia-smi prints its failures on stdout; they become :class:`NvidiaSmiFailure`
 naming the condition.
+
+One sick GPU is one GPU: nvidia-smi reports per GPU, so a GPU whose fields answer
+``[Unknown Error]``, ``[GPU is lost]`` or ``[GPU requires reset]`` (NVML's
+NVML_ERROR_UNKNOWN, _GPU_IS_LOST, _RESET_REQUIRED), or that prints ``Unable to determine
+the device handle for GPU<bus id>: ...`` in place of its row while the others answer, is
+a :class:`Gpu` whose ``fault`` names it; only output with no GPU answering is a failure
+of the whole command. A line ``@@ timed-out <bus id>`` (written by a runbook's per-GPU
+retry, ``timeout N nvidia-smi -i <bus id> ...``) is a GPU that did not answer in time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shlex
@@ -64,6 +73,72 @@ _FAILURES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 
 
 CONDITIONS = tuple(condition for condition, _, _ in _FAILURES)
+
+# The placeholders one GPU prints in its own fields when NVML cannot read it.
+_FIELD_FAULTS = (
+    ("gpu-lost", "[GPU is lost]"),
+    ("reset-required", "[GPU requires reset]"),
+    ("unknown-error", "[Unknown Error]"),
+)
+# "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error" (newer drivers
+# write no space after "GPU"; tests/fixtures/nvidia-smi/error-unable-device-handle-*).
+_DEVICE_HANDLE = re.compile(
+    r"^Unable to determine the device handle for GPU ?"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (?P<why>.*)$"
+)
+_TIMED_OUT = re.compile(
+    r"^@@ timed-out (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$"
+)
+_RETRY_NOTE = re.compile(r"^@@ ")
+
+
+def bus_id(text: str) -> str:
+    """A PCI bus id in nvidia-smi's query form: 8-digit domain, upper case (00000000:18:00.0)."""
+    domain, rest = text.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def field_fault(text: str) -> str:
+    """The fault a GPU's own fields name ('' when they name none)."""
+    for fault, marker in _FIELD_FAULTS:
+        if marker in text:
+            return fault
+    return ""
+
+
+def _handle_fault(why: str) -> str:
+    if "GPU is lost" in why:
+        return "gpu-lost"
+    if "requires reset" in why.lower():
+        return "reset-required"
+    return "unknown-error"
+
+
+def split_faults(text: str) -> tuple[str, dict[str, str]]:
+    """Take out the lines where one GPU answered with a fault instead of its report:
+    the text left, and {bus id: fault} of the GPUs that did."""
+    kept, faults = [], {}
+    for line in text.split("\n"):
+        bare = line.rstrip("\r").strip()
+        if (match := _DEVICE_HANDLE.match(bare)) is not None:
+            faults[bus_id(match["bus"])] = _handle_fault(match["why"])
+        elif (match := _TIMED_OUT.match(bare)) is not None:
+            faults[bus_id(match["bus"])] = "timed-out"
+        elif not _RETRY_NOTE.match(bare):
+            kept.append(line)
+    return "\n".join(kept), faults
+
+
+def indexed_by_bus(gpus: list[Gpu]) -> list[Gpu]:
+    """GPUs in PCI bus order, which is the order nvidia-smi numbers them in: a GPU that did
+    not report its index gets its place there, when every GPU that did agrees with it."""
+    ordered = sorted(gpus, key=lambda g: g.pci_bus_id or "")
+    told = [(i, g.index) for i, g in enumerate(ordered) if g.index is not None]
+    if any(g.pci_bus_id is None for g in ordered) or any(i != index for i, index in told):
+        return gpus
+    return [
+        g if g.index is not None else dataclasses.replace(g, index=i) for i, g in enumerate(ordered)
+    ]
 
 
 class NvidiaSmiFailure(ParseError):
@@ -287,9 +362,28 @@ _PROCESS_SPEC: dict[str, tuple[tuple[str, ...], Callable[[str | None, str], Any]
 def parse_gpus(
     text: str, fields: tuple[str, ...] | None = None, exit_status: int = 0
 ) -> tuple[Gpu, ...]:
-    """``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`` -> GPUs."""
-    rows = parse_csv(text, fields, exit_status, free_text=("name", "gpu_name"))
-    return tuple(Gpu(**_build(row, _GPU_SPEC)) for row in rows)
+    """``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`` -> GPUs.
+
+    A GPU whose fields name a fault, or that answered with a fault line instead of its
+    row, is a GPU with that ``fault``; the command failed as a whole only when no GPU
+    answered at all.
+    """
+    rest, faults = split_faults(text)
+    if faults and not rest.strip():
+        raise detect_failure(text, exit_status) or NvidiaSmiFailure(
+            "failed", "no GPU answered within its timeout", text
+        )
+    status = 0 if faults else exit_status
+    lines = [ln for ln in rest.split("\n") if ln.strip()]
+    rows = parse_csv(rest, fields, status, free_text=("name", "gpu_name"))
+    data_lines = lines[len(lines) - len(rows) :]
+    gpus = [
+        Gpu(**_build(row, _GPU_SPEC), fault=field_fault(line))
+        for row, line in zip(rows, data_lines, strict=True)
+    ]
+    answered = {g.pci_bus_id for g in gpus}
+    gpus += [Gpu(pci_bus_id=bus, fault=f) for bus, f in faults.items() if bus not in answered]
+    return tuple(indexed_by_bus(gpus) if faults else gpus)
 
 
 def parse_compute_apps(

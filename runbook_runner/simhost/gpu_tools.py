@@ -6,6 +6,39 @@ from __future__ import annotations
 
 from runbook_runner.simhost import render
 from runbook_runner.simhost.env import Env, option
+from runbook_runner.simhost.model import SimHost
+
+NO_DEVICES = "No devices were found\n"
+
+
+def _ids(host: SimHost, text: str | None) -> list[int] | None:
+    """``-i``: a comma-separated list of indexes, PCI bus ids or UUIDs (None: every GPU).
+    Raises KeyError for one that names no GPU."""
+    if not text:
+        return None
+    chosen = []
+    for word in (w.strip() for w in text.split(",")):
+        for gpu in host.gpus:
+            if (
+                word == str(gpu.index)
+                or word.lower() == gpu.uuid.lower()
+                or _same_bus(word, gpu.bus_id)
+            ):
+                chosen.append(gpu.index)
+                break
+        else:
+            raise KeyError(word)
+    return chosen
+
+
+def _same_bus(word: str, bus_id: str) -> bool:
+    if word.count(":") != 2:
+        return False
+    domain, rest = word.split(":", 1)
+    try:
+        return f"{int(domain, 16):08X}:{rest.upper()}" == bus_id.upper()
+    except ValueError:
+        return False
 
 
 def nvidia_smi(env: Env, args: list[str]) -> int:
@@ -13,33 +46,46 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     if not host.driver_loaded:
         env.out(render.DRIVER_NOT_LOADED)
         return 9
-    lost = [g for g in host.gpus if g.lost]
-    if lost and not ({"-r", "--gpu-reset"} & set(args)):
-        env.out(
-            "".join(
-                f"Unable to determine the device handle for GPU{g.bus_id}: Unknown Error\n"
-                for g in lost
-            )
-        )
+    try:
+        ids = _ids(host, option(args, "-i", "--id"))
+    except KeyError:
+        env.out(NO_DEVICES)
+        return 6
+    chosen = render.selected(host, ids)
+    lost = [g for g in chosen if g.lost]
+    if args[:1] == ["mig"]:
+        return _mig(env, args[1:], ids)
+    queries = option(args, "--query-gpu", "--query-compute-apps") is not None
+    detail = "-q" in args or "--query" in args
+    if lost and not (queries or detail or "-L" in args or {"-r", "--gpu-reset"} & set(args)):
+        env.out("".join(render.device_handle_lost(g) for g in lost))
         return 15
     fmt = (option(args, "--format") or "csv").split(",")
     header, units = "noheader" not in fmt, "nounits" not in fmt
-    ids_text = option(args, "-i", "--id")
-    ids = [int(i) for i in ids_text.split(",")] if ids_text else None
-    reads_memory = option(args, "--query-gpu") is not None or "-q" in args or "--query" in args
-    for gpu in host.gpus if reads_memory else ():
+    reads_memory = option(args, "--query-gpu") is not None or detail
+    for gpu in chosen if reads_memory else ():
         if gpu.draining_mib_per_read:  # memory the driver is still giving back, slowly
             gpu.orphaned_mib = max(0, gpu.orphaned_mib - gpu.draining_mib_per_read)
-    if "-q" in args or "--query" in args:
-        env.out(render.query_detail(host))
-        return 0
+    status = 15 if lost else 0  # the others' report is printed; the lost one's line says why
+    if detail:
+        sections = tuple(
+            s.strip().upper()
+            for s in (option(args, "-d", "--display") or "").split(",")
+            if s.strip()
+        )
+        unknown = [s for s in sections if s not in render.SECTIONS]
+        if unknown:
+            env.out(f"ERROR: {unknown[0]} is not a -d section this host answers.\n\n")
+            return 2
+        env.out(render.query_detail(host, ids, sections))
+        return status
     try:
         if (fields := option(args, "--query-gpu")) is not None:
             env.out(render.query_gpu(host, fields.split(","), header, units, ids))
-            return 0
+            return status
         if (fields := option(args, "--query-compute-apps")) is not None:
-            env.out(render.query_compute_apps(host, fields.split(","), header, units))
-            return 0
+            env.out(render.query_compute_apps(host, fields.split(","), header, units, ids))
+            return status
     except render.QueryError as error:
         env.out(str(error))
         return 2
@@ -64,11 +110,25 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
             return 2
         env.out("All done.\n")
         return 0
-    if "-L" in args:
-        env.out("".join(f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in host.gpus))
-        return 0
+    if "-L" in args or "--list-gpus" in args:
+        env.out(render.gpu_list(host, ids))
+        return status
     env.out(render.table(host))
     return 0
+
+
+def _mig(env: Env, args: list[str], ids: list[int] | None) -> int:
+    """``nvidia-smi mig -lgi`` / ``-lci`` (``--list-gpu-instances`` / ``--list-compute-instances``),
+    ``-i`` honoured; other MIG commands change the partitioning: this host refuses them."""
+    if {"-lgi", "--list-gpu-instances"} & set(args):
+        text = render.gpu_instances(env.host, ids)
+    elif {"-lci", "--list-compute-instances"} & set(args):
+        text = render.compute_instances(env.host, ids)
+    else:
+        env.out("ERROR: this simulated host lists MIG instances (-lgi, -lci) only.\n\n")
+        return 2
+    env.out(text)
+    return 6 if text == render.NO_MIG else 0
 
 
 def _reset(env: Env, ids: list[int] | None) -> int:

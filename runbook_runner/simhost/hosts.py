@@ -413,3 +413,56 @@ def container_holds_gpu2() -> SimHost:
 
 
 # -- the matrix ----------------------------------------------------------------------------
+
+
+# -- one sick GPU, an Xid on one GPU, MIG (issue 33) ------------------------------------------
+
+
+def gpu6_unknown_error() -> SimHost:
+    """Our server crashed and left its memory on GPUs 0 and 2; GPU 6 has stopped answering
+    ("Unable to determine the device handle for GPU0000:78:00.0: Unknown Error") while the
+    other seven answer, with no Xid in the log that names a rung for it."""
+    host = oom_crash()
+    host.gpu(6).lost = True
+    return host
+
+
+def xid_95_on_gpu5() -> SimHost:
+    """An uncontained memory error (Xid 95) on GPU 5 killed the job on it: GPU 5 now answers
+    "[GPU requires reset]" in its fields; the other seven are fine."""
+    host = eight_gpu_server()
+    host.gpu(5).fault = "reset-required"
+    host.kernel_messages = [
+        "[Mon Nov 30 14:05:12 2026] NVRM: Xid (PCI:0000:68:00): 95, pid=7702, name=python3, "
+        "Uncontained: FBHUB. RST: Yes, D-RST: No",
+    ]
+    return host
+
+
+MIG_INSTANCES = [
+    {"gi": 1, "ci": 0, "profile": "3g.48gb", "profile_id": 9, "placement": "4:4"},
+    {"gi": 2, "ci": 0, "profile": "3g.48gb", "profile_id": 9, "placement": "0:4"},
+]
+
+
+def mig_gpu1_in_use() -> SimHost:
+    """Our server crashed on GPUs 0 and 2 (memory held, no process left); GPU 1 is in MIG
+    mode, split into two 3g.48gb instances, and bob's notebook kernel runs in GPU instance 1.
+    A reset of GPU 1 would need it idle and would destroy both instances."""
+    host = oom_crash()
+    gpu = host.gpu(1)
+    gpu.mig_enabled = True
+    gpu.mig = [dict(instance) for instance in MIG_INSTANCES]
+    host.processes = [
+        SimProcess(
+            pid=7301,
+            cmdline="python3 -m ipykernel_launcher -f /run/user/1002/jupyter/kernel-7301.json",
+            gpu_mib={"1": 30_200},
+            host_bytes=6 * GIB,
+            teardown_s=5.0,
+            user="bob",
+            mig_gi=1,
+            mig_ci=0,
+        )
+    ]
+    return host

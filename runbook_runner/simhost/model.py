@@ -37,6 +37,15 @@ class SimGpu:
     clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
     ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded
     rows_pending: bool = False  # a row remapping waits for the next reset
+    # What this GPU answers in its fields instead of values, while the others answer:
+    # 'unknown-error' ([Unknown Error]) or 'reset-required' ([GPU requires reset]). A reset
+    # (or a reboot) clears it. ('' : it answers.)
+    fault: str = ""
+    # MIG mode: its GPU and compute instances, each {gi, ci, profile, profile_id, placement}
+    # (e.g. {gi: 1, ci: 0, profile: 3g.48gb, profile_id: 9, placement: "4:4"}); a process
+    # runs in one (SimProcess.mig_gi / mig_ci). A reset destroys them all.
+    mig_enabled: bool = False
+    mig: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def minor_number(self) -> int:
@@ -76,6 +85,8 @@ class SimProcess:
     pgid: int = 0  # its process group (0: its own, as a process that called setsid)
     sid: int = 0  # its session (0: its own)
     environ: dict[str, str] = field(default_factory=dict)  # /proc/PID/environ
+    mig_gi: int | None = None  # the MIG GPU and compute instance it runs in (MIG mode only)
+    mig_ci: int | None = None
 
     def cgroup_path(self) -> str:
         if self.cgroup:
@@ -267,6 +278,10 @@ class SimHost:
             gpu.resets_that_fail -= 1
             return "Unknown Error"
         gpu.orphaned_mib = 0
+        gpu.fault = ""
+        if gpu.mig:  # the GPU and compute instances do not survive a reset
+            self.note(f"the reset of GPU {gpu.index} destroyed its {len(gpu.mig)} MIG instances")
+            gpu.mig = []
         return None
 
     def host_used_bytes(self) -> int:
@@ -294,6 +309,8 @@ class SimHost:
             gpu.orphaned_mib = 0
             gpu.resets_that_fail = 0
             gpu.lost = False
+            gpu.fault = ""
+            gpu.mig = []  # MIG mode persists across a reboot; its instances do not
             gpu.persistence = True
         for service in self.services:
             service.active = service.enabled

@@ -63,6 +63,25 @@ class QueryError(Exception):
     """nvidia-smi refused the query; ``str()`` is what it prints."""
 
 
+# What a GPU with a fault prints in every field that needs the GPU to answer (NVML's
+# NVML_ERROR_UNKNOWN and NVML_ERROR_RESET_REQUIRED as nvidia-smi words them).
+FAULT_TEXT = {"unknown-error": "[Unknown Error]", "reset-required": "[GPU requires reset]"}
+# What it can still tell without the GPU answering: the driver knows these.
+_IDENTITY = {"index", "name", "gpu_name", "uuid", "gpu_uuid", "pci.bus_id", "gpu_bus_id", "count"}
+_IDENTITY |= {"driver_version"}
+
+
+def device_handle_lost(gpu: SimGpu) -> str:
+    """What nvidia-smi prints for a GPU that fell off the bus, in place of its report
+    (tests/fixtures/nvidia-smi/error-unable-device-handle-unknown-error.txt: a 4-digit domain,
+    no space after "GPU")."""
+    return f"Unable to determine the device handle for GPU{gpu.bus_id[4:]}: Unknown Error\n"
+
+
+def selected(host: SimHost, ids: list[int] | None) -> list[SimGpu]:
+    return [g for g in host.gpus if ids is None or g.index in ids]
+
+
 def _header_cell(name: str, unit: str) -> str:
     return f"{name} [{unit}]" if unit else name
 
@@ -84,22 +103,36 @@ def query_gpu(
     lines = []
     if header:
         lines.append(", ".join(_header_cell(f, _GPU_FIELDS[f][0]) for f in fields))
-    for gpu in host.gpus:
-        if ids is not None and gpu.index not in ids:
+    for gpu in selected(host, ids):
+        if gpu.lost:
+            lines.append(device_handle_lost(gpu).rstrip("\n"))
             continue
+        fault = FAULT_TEXT.get(gpu.fault)
         cells = [
-            _value_cell(_GPU_FIELDS[f][1](host, gpu), _GPU_FIELDS[f][0], units) for f in fields
+            _value_cell(
+                fault if fault and f not in _IDENTITY else _GPU_FIELDS[f][1](host, gpu),
+                _GPU_FIELDS[f][0],
+                units,
+            )
+            for f in fields
         ]
         lines.append(", ".join(cells))
     return "".join(line + "\n" for line in lines)
 
 
-def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bool) -> str:
+def query_compute_apps(
+    host: SimHost, fields: list[str], header: bool, units: bool, ids: list[int] | None = None
+) -> str:
+    """``--query-compute-apps``: one row per process and GPU it uses, only the GPUs of
+    ``-i`` when given; a GPU in MIG mode lists its processes under the GPU itself (no
+    instance columns: tests/fixtures/nvidia-smi/csv-compute-apps-590.48.01-h200-mig-load.txt)."""
     _check_fields(fields, _APP_FIELDS)
     lines = []
     if header:
         lines.append(", ".join(_header_cell(f, _APP_FIELDS[f][0]) for f in fields))
-    for gpu in host.gpus:
+    for gpu in selected(host, ids):
+        if gpu.lost or gpu.fault:
+            continue
         for process in host.processes:
             if str(gpu.index) in process.gpu_mib and not process.hidden:
                 cells = [
@@ -110,9 +143,16 @@ def query_compute_apps(host: SimHost, fields: list[str], header: bool, units: bo
     return "".join(line + "\n" for line in lines)
 
 
-def query_detail(host: SimHost) -> str:
-    """``nvidia-smi -q``: the lines the parser reads, in the 590 driver's layout
-    (tests/fixtures/nvidia-smi/q-590.48.01-h200-load.txt), the rest left out."""
+SECTIONS = ("MEMORY", "PIDS", "ECC", "ROW_REMAPPER")  # the -q -d sections answered
+
+
+def query_detail(
+    host: SimHost, ids: list[int] | None = None, sections: tuple[str, ...] = ()
+) -> str:
+    """``nvidia-smi -q [-i N] [-d SECTION,...]``: the lines the parsers read, in the 590
+    driver's layout (tests/fixtures/nvidia-smi/q-590.48.01-h200-load.txt, and
+    q-590.48.01-h200-mig-idle.txt for MIG), the rest left out. With ``-d`` only the
+    sections asked for follow each GPU's line, as the real one prints them."""
 
     def row(indent: int, key: str, value: str) -> str:
         return f"{' ' * indent}{key:<{55 - indent}}: {value}\n"
@@ -125,29 +165,162 @@ def query_detail(host: SimHost) -> str:
         "\n",
         row(0, "Attached GPUs", str(len(host.gpus))),
     ]
-    for gpu in host.gpus:
+    full = not sections
+    for gpu in selected(host, ids):
+        if gpu.lost:
+            parts.append(device_handle_lost(gpu))
+            continue
+        fault = FAULT_TEXT.get(gpu.fault, "").strip("[]")
         used = host.used_mib(gpu)
-        parts += [
-            f"GPU {gpu.bus_id}\n",
-            row(4, "Product Name", gpu.name),
-            row(4, "Persistence Mode", "Enabled" if gpu.persistence else "Disabled"),
-            row(4, "GPU UUID", gpu.uuid),
-            row(4, "Minor Number", str(gpu.minor_number)),
-            "    PCI\n",
-            row(8, "Bus", f"0x{gpu.bus_id.split(':')[1]}"),
-            row(8, "Bus Id", gpu.bus_id),
-            "    FB Memory Usage\n",
-            row(8, "Total", f"{gpu.memory_total_mib} MiB"),
-            row(8, "Reserved", "0 MiB"),
-            row(8, "Used", f"{used} MiB"),
-            row(8, "Free", f"{max(0, gpu.memory_total_mib - used)} MiB"),
-            "    BAR1 Memory Usage\n",
-            row(8, "Total", "131072 MiB"),
-            row(8, "Used", "1 MiB"),
-            row(8, "Free", "131071 MiB"),
-            "\n",
-        ]
+        parts.append(f"GPU {gpu.bus_id}\n")
+        if full:
+            parts += [
+                row(4, "Product Name", gpu.name),
+                row(4, "Persistence Mode", "Enabled" if gpu.persistence else "Disabled"),
+                "    MIG Mode\n",
+                row(8, "Current", fault or ("Enabled" if gpu.mig_enabled else "Disabled")),
+                row(8, "Pending", fault or ("Enabled" if gpu.mig_enabled else "Disabled")),
+            ]
+            for number, instance in enumerate(gpu.mig if not fault else ()):
+                parts += [
+                    "    MIG Device\n",
+                    row(8, "Index", str(number)),
+                    row(8, "GPU Instance ID", str(instance.get("gi"))),
+                    row(8, "Compute Instance ID", str(instance.get("ci"))),
+                ]
+            parts += [
+                row(4, "GPU UUID", gpu.uuid),
+                row(4, "Minor Number", str(gpu.minor_number)),
+                "    PCI\n",
+                row(8, "Bus", f"0x{gpu.bus_id.split(':')[1]}"),
+                row(8, "Bus Id", gpu.bus_id),
+            ]
+        if full or "MEMORY" in sections:
+            parts += [
+                "    FB Memory Usage\n",
+                row(8, "Total", f"{gpu.memory_total_mib} MiB"),
+                row(8, "Reserved", "0 MiB"),
+                row(8, "Used", fault or f"{used} MiB"),
+                row(8, "Free", fault or f"{max(0, gpu.memory_total_mib - used)} MiB"),
+                "    BAR1 Memory Usage\n",
+                row(8, "Total", "131072 MiB"),
+                row(8, "Used", "1 MiB"),
+                row(8, "Free", "131071 MiB"),
+            ]
+        if "ECC" in sections:
+            parts += [
+                "    ECC Errors\n",
+                "        Volatile\n",
+                row(12, "SRAM Correctable", fault or "0"),
+                row(12, "SRAM Uncorrectable", fault or "0"),
+                row(12, "DRAM Correctable", fault or "0"),
+                row(12, "DRAM Uncorrectable", fault or str(gpu.ecc_uncorrected)),
+            ]
+        if "ROW_REMAPPER" in sections:
+            parts += [
+                "    Remapped Rows\n",
+                row(8, "Correctable Error", fault or "0"),
+                row(8, "Uncorrectable Error", fault or "0"),
+                row(8, "Pending", fault or ("Yes" if gpu.rows_pending else "No")),
+                row(8, "Remapping Failure Occurred", fault or "No"),
+            ]
+        if full or "PIDS" in sections:
+            parts += (
+                _processes_detail(host, gpu, row) if not fault else [row(4, "Processes", fault)]
+            )
+        parts.append("\n")
     return "".join(parts)
+
+
+def _processes_detail(host: SimHost, gpu: SimGpu, row: Callable[[int, str, str], str]) -> list[str]:
+    shown = [p for p in host.processes if str(gpu.index) in p.gpu_mib and not p.hidden]
+    if not shown:
+        return [row(4, "Processes", "None")]
+    parts = ["    Processes\n"]
+    for process in shown:
+        mig = gpu.mig_enabled and process.mig_gi is not None
+        parts += [
+            row(8, "GPU instance ID", str(process.mig_gi) if mig else "N/A"),
+            row(8, "Compute instance ID", str(process.mig_ci) if mig else "N/A"),
+            row(8, "Process ID", str(process.pid)),
+            row(12, "Type", "C"),
+            row(12, "Name", process.cmdline.split()[0] if process.cmdline else ""),
+            row(12, "Used GPU Memory", f"{process.gpu_mib[str(gpu.index)]} MiB"),
+        ]
+    return parts
+
+
+def gpu_list(host: SimHost, ids: list[int] | None = None) -> str:
+    """``nvidia-smi -L``: each GPU, then its MIG devices (list-590.48.01-h100-mig.txt)."""
+    lines = []
+    for gpu in selected(host, ids):
+        if gpu.lost:
+            lines.append(device_handle_lost(gpu).rstrip("\n"))
+            continue
+        lines.append(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
+        for number, instance in enumerate(gpu.mig if gpu.mig_enabled else ()):
+            profile = f"MIG {instance.get('profile', '1g.12gb')}"
+            uuid = (
+                f"MIG-5a1e{gpu.index:04d}-{int(instance.get('gi', 0)):04d}-4000-8000-{number:012d}"
+            )
+            lines.append(f"  {profile:<16}Device {number:>2}: (UUID: {uuid})")
+    return "".join(line + "\n" for line in lines)
+
+
+NO_MIG = "No MIG-enabled devices found.\n"
+
+
+def gpu_instances(host: SimHost, ids: list[int] | None = None) -> str:
+    """``nvidia-smi mig -lgi``, in the layout of tests/fixtures/nvidia-smi/mig-lgi-*.txt."""
+    gpus = [g for g in selected(host, ids) if g.mig_enabled and not g.lost]
+    if not gpus:
+        return NO_MIG
+    rule = "+" + "-" * 52 + "+"
+    lines = [
+        rule,
+        f"| {'GPU instances:':<51}|",
+        "| GPU   Name          Profile  Instance   Placement  |",
+        "|                       ID       ID       Start:Size |",
+        "|" + "=" * 52 + "|",
+    ]
+    for gpu in gpus:
+        seen: set[int] = set()
+        for instance in gpu.mig:
+            gi = int(instance.get("gi", 0))
+            if gi in seen:
+                continue
+            seen.add(gi)
+            name = f"MIG {instance.get('profile', '1g.12gb')}"
+            cells = f"{gpu.index:>4}  {name:<14}{instance.get('profile_id', 19):>5}{gi:>9}"
+            placement = str(instance.get("placement", "0:1"))
+            lines += [f"|{cells}{placement:>13}     |", rule]
+    return "".join(line + "\n" for line in lines)
+
+
+def compute_instances(host: SimHost, ids: list[int] | None = None) -> str:
+    """``nvidia-smi mig -lci``, in the layout of tests/fixtures/nvidia-smi/mig-lci-*.txt."""
+    gpus = [g for g in selected(host, ids) if g.mig_enabled and not g.lost]
+    if not gpus:
+        return NO_MIG
+    rule = "+" + "-" * 55 + "+"
+    lines = [
+        rule,
+        f"| {'Compute instances:':<54}|",
+        "| GPU     GPU       Name             Profile   Instance |",
+        "|       Instance                       ID        ID     |",
+        "|         ID                                            |",
+        "|" + "=" * 55 + "|",
+    ]
+    for gpu in gpus:
+        for instance in gpu.mig:
+            name = f"MIG {instance.get('profile', '1g.12gb')}"
+            ci_profile = int(instance.get("ci_profile_id", 0))
+            cells = (
+                f"{gpu.index:>4}{int(instance.get('gi', 0)):>7}       {name:<20}"
+                f"{ci_profile:>2}{int(instance.get('ci', 0)):>10}"
+            )
+            lines += [f"|{cells:<55}|", rule]
+    return "".join(line + "\n" for line in lines)
 
 
 def reset_succeeded(gpu: SimGpu) -> str:
@@ -202,7 +375,8 @@ def table(host: SimHost, now: float | None = None) -> str:
             f"   {gpu.bus_id} Off |{'Off':>21} |",
             f"| 30%   {gpu.temperature_c}C    P8             22W /  600W |{memory:>23} |"
             f"{'0%':>8}{'Default':>13} |",
-            f"|                                         |                        |{'N/A':>21} |",
+            f"|                                         |                        |"
+            f"{'Enabled' if gpu.mig_enabled else 'N/A':>21} |",
             _RULE,
         ]
     lines += [
@@ -224,7 +398,9 @@ def table(host: SimHost, now: float | None = None) -> str:
     for index, process, mib in rows:
         name = process.cmdline.split()[0] if process.cmdline else ""
         name = name if len(name) <= 36 else "..." + name[-33:]  # nvidia-smi cuts on the left
-        lines.append(f"|{index:>5}   N/A  N/A {process.pid:>15}      C   {name:<36}{mib:>7}MiB |")
+        mig = host.gpu(index).mig_enabled and process.mig_gi is not None
+        gi, ci = (f"{process.mig_gi:>4}", f"{process.mig_ci:>4}") if mig else (" N/A", " N/A")
+        lines.append(f"|{index:>5}  {gi} {ci} {process.pid:>15}      C   {name:<36}{mib:>7}MiB |")
     lines.append(_WIDE)
     return "\n".join(lines) + "\n"
 

@@ -30,10 +30,12 @@ from runbook_runner.simhost.hosts import (
     daemons_hold_every_gpu,
     driver_not_loaded,
     ecc_recurring,
+    gpu6_unknown_error,
     healthy_server,
     host_ram_leak,
     host_ram_unpinning,
     leaked_shm,
+    mig_gpu1_in_use,
     nccl_rank_died,
     nvidia_smi_missing,
     nvlink_fault,
@@ -48,6 +50,7 @@ from runbook_runner.simhost.hosts import (
     two_servers_one_broken,
     wedged_server,
     xid_79,
+    xid_95_on_gpu5,
 )
 from runbook_runner.simhost.model import SimHost
 
@@ -437,6 +440,60 @@ MATRIX: tuple[Scenario, ...] = (
         ends="stopped",
         exit_code=1,
         message="NVLink",
+    ),
+    Scenario(
+        "gpu6-unknown-error",
+        "one GPU answers 'Unknown Error' while seven answer: that GPU is a fact about that GPU, "
+        "not 'cannot tell' for the node: recover the others, leave it to a person",
+        gpu6_unknown_error,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-smi prints 'Unable to determine the "
+        "device handle for GPU0000:78:00.0: Unknown Error' for GPU 6 and answers for the rest; "
+        "no Xid names a rung for GPU 6",
+        expert="reset GPUs 0 and 2; GPU 6 has no Xid to go by: a person looks at it (reseat, "
+        "nvidia-bug-report.sh), as in "
+        "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/387 (one of four GPUs, "
+        "'Unable to determine the device handle ... Unknown Error': fixed by reseating it)",
+        actions=("reset GPU 0", "reset GPU 2"),
+        ideal_s=40,
+        lesson="nvidia-smi reports per GPU: one sick GPU is one GPU, and its own evidence "
+        "picks its rung",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="a person looks at it",
+    ),
+    Scenario(
+        "xid-95-gpu5",
+        "an uncontained memory error (Xid 95) on GPU 5, which now answers '[GPU requires "
+        "reset]': NVIDIA's catalog says reset that GPU, and only that GPU",
+        xid_95_on_gpu5,
+        wrong="NVRM: Xid 95 on 0000:68:00 (GPU 5); GPU 5 answers '[GPU requires reset]' in "
+        "its fields, the other seven answer",
+        expert="reset GPU 5 alone (the catalog's RESET_GPU for Xid 95); nothing else, as "
+        "https://github.com/leptonai/gpud/pull/1133 has gpud suggest for NVML's 'GPU requires "
+        "reset'",
+        actions=("reset GPU 5",),
+        ideal_s=15,
+        lesson="an Xid belongs to one GPU: its catalog action is that GPU's rung",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+    ),
+    Scenario(
+        "mig-gpu1-in-use",
+        "GPU 1 is in MIG mode and one of its instances is in use: recover our GPUs, never "
+        "reset a GPU whose MIG instances are in use",
+        mig_gpu1_in_use,
+        wrong="orphaned memory on GPUs 0 and 2; GPU 1 is split into two MIG 3g.48gb "
+        "instances and bob's notebook runs in GPU instance 1",
+        expert="reset GPUs 0 and 2; leave GPU 1 and bob's process alone: a reset needs the "
+        "GPU idle and destroys every MIG instance (nvidia-smi(1) -r; NVIDIA's MIG user guide), "
+        "as in https://github.com/NVIDIA/gpu-operator/pull/2603 (a MIG reset only once the "
+        "GPU is idle)",
+        actions=("reset GPU 0", "reset GPU 2"),
+        ideal_s=40,
+        lesson="in MIG mode a GPU is shared by its instances: a reset is everyone's, so it "
+        "waits until none is in use",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+        left_alone=(7301,),
     ),
 )
 

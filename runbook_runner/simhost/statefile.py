@@ -5,10 +5,15 @@ Every key is optional; what is not given is the incident's server (8 GPUs with
 filesystem and /dev/shm)::
 
     gpus: 8                          # or a list: [{index: 0, orphaned_mib: 96410}, ...]
+                                     # a sick GPU: {index: 6, lost: true} or
+                                     #   {index: 5, fault: reset-required | unknown-error}
+                                     # MIG: {index: 1, mig_enabled: true, mig: [{gi: 1, ci: 0,
+                                     #   profile: 3g.48gb, profile_id: 9, placement: "4:4"}]}
     processes:                       # what ps, nvidia-smi, fuser, curl and kill see
       - {pid: 4120, cmdline: "sglang::scheduler_TP0", gpu_mib: {0: 90112}, host_bytes: 38 GiB,
          ppid: 4100, pgid: 4100, sid: 4100, user: svc, unit: sglang.service,
          cgroup: /system.slice/sglang.service, state: S, environ: {CUDA_VISIBLE_DEVICES: "0"}}
+                                     # on a MIG GPU: mig_gi, mig_ci (the instance it runs in)
     services:                        # systemctl; MainPID, NRestarts, journalctl's lines
       - {name: sglang, active: true, main_pid: 4100, restarts: 0, log: ["..."]}
     shm:                             # /dev/shm: size, owner, age, the PID that holds it
@@ -54,6 +59,7 @@ class StateFileError(ValueError):
     pass
 
 
+_GPU_FAULTS = ("", "unknown-error", "reset-required")  # what a GPU's fields can answer
 MAX_GPUS = 256  # the largest servers have 16 GPUs; 10,000,000 took 18 s and 2.8 GB
 
 
@@ -188,6 +194,11 @@ def host_from_state(data: Any) -> SimHost:
         ]
     else:
         raise StateFileError("gpus: expected a count or a list of GPUs")
+    for i, gpu in enumerate(host.gpus):
+        if gpu.fault not in _GPU_FAULTS:
+            raise StateFileError(
+                f"gpus[{i}].fault: {gpu.fault!r} (one of: {', '.join(_GPU_FAULTS[1:])})"
+            )
     for i, p in enumerate(_list(data, "processes")):
         p = _process_state(p, f"processes[{i}]")
         process = _record(SimProcess, p, f"processes[{i}]", {"host_memory": "host_bytes"})

@@ -24,20 +24,31 @@ from runbook_runner.observe.state.fields import (
     snake,
 )
 from runbook_runner.observe.state.generic import Number, TableRow, TextLine
-from runbook_runner.observe.state.gpu import DeviceHolder, Gpu, GpuProcess, XidEvent
+from runbook_runner.observe.state.gpu import (
+    ComputeInstance,
+    DeviceHolder,
+    Gpu,
+    GpuInstance,
+    GpuProcess,
+    MigDevice,
+    XidEvent,
+)
 from runbook_runner.observe.state.host import Filesystem, MemInfo, Memory, ShmSegment
 from runbook_runner.observe.state.launch import LaunchConfig, VllmLaunchConfig
 from runbook_runner.observe.state.process import HostProcess, ProcessOwner, UnitProperties
 
 __all__ = [
+    "ComputeInstance",
     "DeviceHolder",
     "Filesystem",
     "Gpu",
+    "GpuInstance",
     "GpuProcess",
     "HostProcess",
     "LaunchConfig",
     "MemInfo",
     "Memory",
+    "MigDevice",
     "Number",
     "OpenRecord",
     "ProcessOwner",

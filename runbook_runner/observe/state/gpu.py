@@ -1,11 +1,26 @@
 """GPU state: the GPUs and their compute processes (nvidia-smi), who holds each device
-file (fuser), and the Xid kernel messages of a GPU fault."""
+file (fuser), the Xid kernel messages of a GPU fault, and a MIG GPU's instances."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runbook_runner.observe.state.fields import reported
+
+# What one GPU answered instead of its values (Gpu.fault), while the others answer:
+# NVML's errors as nvidia-smi prints them in that GPU's fields or in place of its row.
+FAULTS = ("unknown-error", "gpu-lost", "reset-required", "timed-out")
+
+
+def _word(label: str, default: str = "") -> str:
+    """A field that is always reported: '' when there is nothing to say."""
+    result: str = field(default=default, metadata={"label": label, "unit": ""})
+    return result
+
+
+def _count(label: str) -> int:
+    result: int = field(default=0, metadata={"label": label, "unit": ""})
+    return result
 
 
 @dataclass(frozen=True)
@@ -32,9 +47,25 @@ class Gpu:
     ecc_uncorrected_volatile: int | None = reported("ecc.errors.uncorrected.volatile.total")
     retired_pages_pending: str | None = reported("retired_pages.pending")  # Yes / No
     remapped_rows_pending: str | None = reported("remapped_rows.pending")  # Yes / No
+    # '' when the GPU answers; else what it answered instead (FAULTS): a fact about this GPU
+    # alone, never about the node ("Unknown Error", "GPU is lost", "[GPU requires reset]",
+    # or no answer within the per-GPU timeout).
+    fault: str = _word("fault")
+    mig_mode: str | None = reported("MIG mode")  # Enabled / Disabled (nvidia-smi -q)
+    mig_devices: int = _count("MIG devices")  # its MIG devices (GPU + compute instance pairs)
+    mig_processes: int = _count("processes in MIG instances")  # instances in use: a reset waits
+    # Its PCI address as the kernel's Xid lines write it (XidEvent.pci: "0000:48:00", lower
+    # case): a check scoped to a GPU's Xids matches on it. Derived from pci_bus_id.
+    pci: str | None = reported("pci")
+
+    def __post_init__(self) -> None:
+        if self.pci is None and self.pci_bus_id and self.pci_bus_id.count(":") == 2:
+            domain, bus, device = self.pci_bus_id.split(":")
+            object.__setattr__(self, "pci", f"{domain[-4:]}:{bus}:{device.split('.')[0]}".lower())
 
     def describe(self) -> str:
-        return f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
+        name = f"GPU {self.index}" if self.index is not None else f"GPU {self.pci_bus_id or '?'}"
+        return f"{name} ({self.fault})" if self.fault else name
 
     def target(self) -> str:
         """What a confirmation names: index, bus id and device file."""
@@ -51,6 +82,8 @@ class GpuProcess:
     used_memory_mib: int | None = reported("used_gpu_memory", "MiB")
     gpu_uuid: str | None = reported("gpu_uuid")
     gpu_bus_id: str | None = reported("gpu_bus_id")
+    gpu_instance_id: int | None = reported("GPU instance ID")  # MIG: None on a whole GPU
+    compute_instance_id: int | None = reported("compute instance ID")
 
     def describe(self) -> str:
         return f"process {self.pid} ({self.process_name or '?'})"
@@ -97,6 +130,61 @@ class XidEvent:
 
     def describe(self) -> str:
         return f"Xid {self.code} on {self.pci} ({self.action}: {self.meaning})"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One line of ``nvidia-smi -L``: a GPU, or (``mig_index`` set) one of its MIG devices."""
+
+    gpu: int | None = reported("GPU")
+    name: str | None = reported("name")  # the GPU's product, or the MIG profile (3g.40gb)
+    uuid: str | None = reported("uuid")
+    mig_index: int | None = reported("MIG device")
+
+    def describe(self) -> str:
+        if self.mig_index is None:
+            return f"GPU {self.gpu} ({self.name or '?'})"
+        return f"MIG {self.name or '?'} device {self.mig_index} of GPU {self.gpu}"
+
+    def target(self) -> str:
+        return f"{self.describe()} {self.uuid or ''}".strip()
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """One row of ``nvidia-smi mig -lgi``: a GPU instance (GI) of a GPU in MIG mode."""
+
+    gpu: int | None = reported("GPU")
+    profile: str | None = reported("profile")  # MIG 3g.40gb
+    profile_id: int | None = reported("profile ID")
+    instance_id: int | None = reported("GPU instance ID")
+    placement: str | None = reported("placement")  # start:size in memory slices
+
+    def describe(self) -> str:
+        return f"GPU instance {self.instance_id} ({self.profile or '?'}) of GPU {self.gpu}"
+
+    def target(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """One row of ``nvidia-smi mig -lci``: a compute instance (CI) inside a GPU instance."""
+
+    gpu: int | None = reported("GPU")
+    gpu_instance_id: int | None = reported("GPU instance ID")
+    profile: str | None = reported("profile")
+    profile_id: int | None = reported("profile ID")
+    instance_id: int | None = reported("compute instance ID")
+
+    def describe(self) -> str:
+        return (
+            f"compute instance {self.instance_id} of GPU instance {self.gpu_instance_id} "
+            f"on GPU {self.gpu}"
+        )
 
     def target(self) -> str:
         return self.describe()
