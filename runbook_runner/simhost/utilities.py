@@ -13,6 +13,7 @@ import re
 import signal
 from collections.abc import Callable
 
+from runbook_runner.observe import memlimit
 from runbook_runner.simhost import render
 from runbook_runner.simhost.commands import COMMANDS, Env, rm
 
@@ -80,6 +81,11 @@ def kill(env: Env, args: list[str]) -> int:
     return status
 
 
+# The cgroup memory files and container markers the preflights read: answered from the
+# state file's files, else absent (never the real machine's).
+CONTAINER_FILES = memlimit.FILES
+
+
 def cat(env: Env, args: list[str]) -> int:
     """cat FILE...: /proc/meminfo from the model, a simulated process's /proc/PID/environ,
     cgroup and cmdline, and the files a state file gives."""
@@ -89,6 +95,9 @@ def cat(env: Env, args: list[str]) -> int:
             env.out(render.meminfo(env.host))
         elif path in env.host.files:
             env.out(env.host.files[path])
+        elif path in CONTAINER_FILES:  # a host not in a container, with no cgroup limit
+            env.err(f"cat: {path}: No such file or directory\n")
+            status = 1
         elif (match := re.fullmatch(r"/proc/(\d+)/(environ|cgroup|cmdline)", path)) is not None:
             process = next((p for p in env.host.processes if p.pid == int(match[1])), None)
             if process is None or not env.procs.alive(process.pid):

@@ -27,6 +27,7 @@ from runbook_runner.observe.state.generic import Number, TableRow, TextLine
 from runbook_runner.observe.state.gpu import DeviceHolder, Gpu, GpuProcess, XidEvent
 from runbook_runner.observe.state.host import Filesystem, MemInfo, Memory, ShmSegment
 from runbook_runner.observe.state.launch import LaunchConfig, VllmLaunchConfig
+from runbook_runner.observe.state.limits import MemoryLimit
 from runbook_runner.observe.state.process import HostProcess, ProcessOwner, UnitProperties
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "LaunchConfig",
     "MemInfo",
     "Memory",
+    "MemoryLimit",
     "Number",
     "OpenRecord",
     "ProcessOwner",
