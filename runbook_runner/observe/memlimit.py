@@ -75,7 +75,7 @@ def parse_limits(text: str) -> MemoryLimit:
     shm_size = shm_available = None
     if rest:
         mounts = df.parse_df("\n".join(rest), "df -B1")
-        shm = next((m for m in mounts if m.mounted_on == "/dev/shm"), None)
+        shm = next((m for m in mounts if m.mounted_on == "/dev/shm"), None)  # noqa: S108
         if shm is not None:
             shm_size, shm_available = shm.size_bytes, shm.available_bytes
     if not limits:

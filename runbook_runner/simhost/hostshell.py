@@ -37,8 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runbook_runner.observe.memlimit import FILES as CONTAINER_FILES
-from runbook_runner.simhost.model import EPOCH, SHM_DIR, SimHost
+from runbook_runner.simhost.model import CONTAINER_FILES, EPOCH, SHM_DIR, SimHost
 
 PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CLIENT = Path(__file__).with_name("standin_client.py")

@@ -13,9 +13,9 @@ import re
 import signal
 from collections.abc import Callable
 
-from runbook_runner.observe import memlimit
 from runbook_runner.simhost import render
 from runbook_runner.simhost.commands import COMMANDS, Env, rm
+from runbook_runner.simhost.model import CONTAINER_FILES
 
 Command = Callable[[Env, list[str]], int]
 
@@ -79,11 +79,6 @@ def kill(env: Env, args: list[str]) -> int:
             env.err(f"kill: ({target}) - No such process\n")
             status = 1
     return status
-
-
-# The cgroup memory files and container markers the preflights read: answered from the
-# state file's files, else absent (never the real machine's).
-CONTAINER_FILES = memlimit.FILES
 
 
 def cat(env: Env, args: list[str]) -> int:

@@ -18,8 +18,8 @@ class MemoryLimit:
     available_bytes: int | None = reported("what the cgroup's limit leaves", "bytes")
     source: str | None = reported("where the limit was read")
     in_container: bool | None = reported("inside a container")
-    shm_size_bytes: int | None = reported("/dev/shm size", "bytes")
-    shm_available_bytes: int | None = reported("/dev/shm available", "bytes")
+    shm_size_bytes: int | None = reported("/dev/shm size", "bytes")  # noqa: S108
+    shm_available_bytes: int | None = reported("/dev/shm available", "bytes")  # noqa: S108
 
     def describe(self) -> str:
         return "the memory limit"
