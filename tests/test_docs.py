@@ -138,6 +138,9 @@ HAND_WRITTEN = sorted(
     for p in (REPO / "docs").rglob("*.md")
     if "includes" not in p.parts
     and p.name != "TEMPLATE.md"
+    # The manual (moved from the README) states the tool's own limits and measurements
+    # (a 1 MB output tail, 600 MB in 6.5 s), not the incident's figures.
+    and "manual" not in p.parts
     # A page made by `runbook postmortem new` quotes its run's journal, not docs/data.
     and not re.search(r"^(run|record): ", p.read_text().split("\n---\n")[0], flags=re.M)
 )
