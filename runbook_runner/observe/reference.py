@@ -98,7 +98,8 @@ def markdown() -> str:
         if doc.open_fields:
             fields.append(_open_text(doc).replace("|", "&#124;"))
         shape = "list" if doc.is_list else "record"
-        lines.append(f"| `{doc.name}` | {doc.description} | {shape} | {', '.join(fields)} |")
+        reads = doc.description.replace("|", "&#124;")  # a '|' would end the cell
+        lines.append(f"| `{doc.name}` | {reads} | {shape} | {', '.join(fields)} |")
     return "\n".join(lines) + "\n"
 
 
