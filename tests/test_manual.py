@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 import yaml
+from test_docs import site  # noqa: F401  (the session's built site)
 
 from conftest import REPO
 from runbook_runner.cli import main
@@ -176,3 +177,11 @@ def test_each_runbook_page_shows_its_plan_and_sim_commands(name):
     assert f"runbook plan {name} --host HOST" in page
     assert "runbook sim --scenario oom-crash --folder sim" in page
     assert f"runbook plan {name} --ssh-config sim/ssh_config --host sim0001" in page
+
+
+def test_the_built_site_has_no_status_icon_without_a_label(site):  # noqa: F811
+    for page in site.rglob("*.html"):
+        assert 'class="md-status' not in page.read_text(), page.name
+    drills = (site / "drills.html").read_text()
+    assert "One reading of the incident" in drills
+    assert "The incident:" not in drills

@@ -479,3 +479,13 @@ def test_the_simulated_host_answers_the_files_the_preflights_read():
     from runbook_runner.simhost.model import CONTAINER_FILES
 
     assert CONTAINER_FILES == memlimit.FILES
+
+
+@pytest.mark.ssh
+def test_plan_of_a_preflight_says_what_check_says(gpu_host, capsys):
+    """The runbook pages show `runbook plan NAME`: on a preflight (no steps) it exits as the
+    check would, 1 for a launch that does not fit."""
+    launch = "python3 -m sglang.launch_server --tp-size 4 --pp-size 2 --hicache-size 90"
+    code = main(["plan", SGLANG, *gpu_host.cli_args(), "--set", f"launch={launch}"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.GOAL_NOT_MET, out + err
