@@ -489,3 +489,12 @@ def test_plan_of_a_preflight_says_what_check_says(gpu_host, capsys):
     code = main(["plan", SGLANG, *gpu_host.cli_args(), "--set", f"launch={launch}"])
     out, err = capsys.readouterr()
     assert code == ExitCode.GOAL_NOT_MET, out + err
+
+
+def test_the_calculator_page_shows_every_source_and_the_version_table():
+    page = (REPO / "docs" / "calculator.md").read_text()
+    pitfall = (REPO / "docs" / "pitfalls" / "vllm-lmcache-offload.md").read_text()
+    for name, source in sizing.SOURCES.items():
+        assert source.url in page or source.url in pitfall, name
+    for version in sizing.SGLANG_VERSIONS:
+        assert version.source in page, version.change
