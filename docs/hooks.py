@@ -182,7 +182,9 @@ def _drills_page() -> str:
             )
             pages = []
         links = ", ".join(f"[{title}]({page})" for title, page in pages)
-        lines.append(f"| [`{name}`](#{name}) | {_cell(_teaches(scenario.teaches)[:-1])} | {links} |")
+        lines.append(
+            f"| [`{name}`](#{name}) | {_cell(_teaches(scenario.teaches)[:-1])} | {links} |"
+        )
     for name, scenario in SCENARIOS.items():
         lines += [
             "",
