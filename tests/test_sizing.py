@@ -498,3 +498,29 @@ def test_the_calculator_page_shows_every_source_and_the_version_table():
         assert source.url in page or source.url in pitfall, name
     for version in sizing.SGLANG_VERSIONS:
         assert version.source in page, version.change
+
+
+@pytest.mark.ssh
+def test_the_default_connectors_kv_file_must_fit_in_dev_shm(gpu_host, capsys):
+    """The default connector's CPU tier is a file in /dev/shm: a 16 GiB /dev/shm (a
+    container's) cannot hold 40 GiB, whatever free says; the simple connector pins memory,
+    not a /dev/shm file."""
+    from runbook_runner.simhost.model import SimFilesystem, eight_gpu_server
+
+    state = eight_gpu_server()
+    state.filesystems = [
+        f
+        if f.mounted_on != "/dev/shm"
+        else SimFilesystem("/dev/shm", 16 * GiB, 0, "tmpfs", "tmpfs")
+        for f in state.filesystems
+    ]
+    gpu_host.set_state(state)
+    launch = "vllm serve /m -tp 8 --kv-offloading-size 40"
+    code, checks = check(gpu_host, capsys, VLLM, launch)
+    assert code == ExitCode.GOAL_NOT_MET
+    assert checks["offload-fits"]["ok"]
+    shm = checks["kv-offload-fits-dev-shm"]
+    assert shm["status"] == "failing"
+    assert "40 GiB of KV offload file, 16 GiB available in /dev/shm" in shm["message"]
+    code, checks = check(gpu_host, capsys, VLLM, f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {launch}")
+    assert checks["kv-offload-fits-dev-shm"]["ok"], checks["kv-offload-fits-dev-shm"]
