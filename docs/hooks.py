@@ -140,6 +140,15 @@ def _figures_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _teaches(text: str) -> str:
+    """A scenario's lesson as a sentence. The incident's record shows GPUs 0 and 2 still full
+    after the kill, not what held them: a scenario that replays it is one reading of the
+    incident, not "the incident" (the postmortem's open questions)."""
+    if text.startswith("the incident:"):
+        text = "one reading of the incident:" + text[len("the incident:") :]
+    return text[0].upper() + text[1:] + "."
+
+
 def _drills_page() -> str:
     from runbook_runner.simhost.scenarios import SCENARIOS, matrix_table
 
@@ -173,13 +182,15 @@ def _drills_page() -> str:
             )
             pages = []
         links = ", ".join(f"[{title}]({page})" for title, page in pages)
-        lines.append(f"| [`{name}`](#{name}) | {_cell(scenario.teaches)} | {links} |")
+        lines.append(
+            f"| [`{name}`](#{name}) | {_cell(_teaches(scenario.teaches)[:-1])} | {links} |"
+        )
     for name, scenario in SCENARIOS.items():
         lines += [
             "",
             f"## `{name}` {{#{name}}}",
             "",
-            scenario.teaches[0].upper() + scenario.teaches[1:] + ".",
+            _teaches(scenario.teaches),
             "",
         ]
         wrong, expert = scenario.wrong, scenario.expert
@@ -340,6 +351,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         log.warning(f"docs/{source}: quotes the figure {name!r}, which is not in docs/data/")
     if source.startswith("postmortems/") and page.meta:
         table = _meta_table(page.meta, source.count("/"))
+        # The theme draws a page's `status` as an icon in the nav, with no label (a status
+        # like "action items open" is no icon it knows): the table above says it in words.
+        if "status" in page.meta:
+            page.meta["postmortem_status"] = page.meta.pop("status")
         if table:
             markdown = re.sub(
                 r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M

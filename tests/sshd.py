@@ -26,7 +26,7 @@ from pathlib import Path
 
 import runbook_runner
 from runbook_runner.simhost import standin
-from runbook_runner.simhost.model import SimHost, SimProcess, eight_gpu_server
+from runbook_runner.simhost.model import CONTAINER_FILES, SimHost, SimProcess, eight_gpu_server
 from runbook_runner.simhost.standin import RealProcesses
 
 SSHD = "/usr/sbin/sshd"
@@ -291,9 +291,15 @@ def start_test_host(extra_config: str = "", lock_dir: str | None = None) -> Test
     python = _python_for(user)
     for name in STANDINS:
         wrapper = root / "bin" / name
-        wrapper.write_text(
-            f'#!/bin/sh\nPYTHONPATH={root / "lib"} exec {python} -S -B -m runbook_runner.simhost.standin {name} "$@"\n'
-        )
+        standin_call = f'PYTHONPATH={root / "lib"} exec {python} -S -B -m runbook_runner.simhost.standin {name} "$@"'
+        if name == "cat":  # the simulated container files only; the real cat for any other
+            cases = "|".join(CONTAINER_FILES)
+            wrapper.write_text(
+                f"#!/bin/sh\nfor a do case $a in {cases}) {standin_call};; esac; done\n"
+                'exec /bin/cat "$@"\n'
+            )
+        else:
+            wrapper.write_text(f"#!/bin/sh\n{standin_call}\n")
         wrapper.chmod(0o755)
     sim = root / "sim"
     if os.geteuid() == 0:

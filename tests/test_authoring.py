@@ -117,9 +117,8 @@ def test_new_on_a_terminal_asks_which_docs_page(project, capsys, monkeypatch):
 
 
 def readme_walkthrough() -> tuple[list[str], str, str]:
-    """The README's "Add a runbook": its five commands, the runbook edit, the state file."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Add a runbook") : readme.index("## Layout")]
+    """The site's "Add a runbook" page: its five commands, the runbook edit, the state file."""
+    section = (REPO / "docs" / "manual" / "authoring.md").read_text()
     blocks = [
         (language, textwrap.dedent(body))
         for language, body in re.findall(r"```(\w+)\n(.*?)^ *```", section, re.M | re.S)
@@ -130,7 +129,7 @@ def readme_walkthrough() -> tuple[list[str], str, str]:
 
 
 def test_a_new_tmp_free_space_runbook_from_new_to_the_site(project, capsys, tmp_path_factory):
-    """The README's five commands, as written, from `runbook new` to the site."""
+    """The "Add a runbook" page's five commands, as written, from `runbook new` to the site."""
     commands, edit, state = readme_walkthrough()
     assert [c.split()[:2] for c in commands] == [
         ["runbook", "new"],
@@ -353,12 +352,14 @@ def _help(*argv: str) -> str:
 COMMANDS = ["list", "show", "validate", "check", "run", "runs", "drill", "new", "test"]
 
 
-def test_the_exit_code_table_is_in_runbook_help_and_the_readme_only():
+def test_the_exit_code_table_is_in_runbook_help_and_the_exit_codes_page_only():
     assert "130  interrupted" in _help()
     for command in COMMANDS:
         assert "130  interrupted" not in _help(command), command
-    readme = (REPO / "README.md").read_text()
-    assert readme.count("| 130 |") == 1
+    pages = [REPO / "README.md", *(REPO / "docs").rglob("*.md")]
+    tables = [p for p in pages if "| 130 |" in p.read_text()]
+    assert tables == [REPO / "docs" / "manual" / "exit-codes.md"]
+    assert tables[0].read_text().count("| 130 |") == 1
 
 
 def _examples() -> list[str]:

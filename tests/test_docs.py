@@ -138,6 +138,9 @@ HAND_WRITTEN = sorted(
     for p in (REPO / "docs").rglob("*.md")
     if "includes" not in p.parts
     and p.name != "TEMPLATE.md"
+    # The manual (moved from the README) states the tool's own limits and measurements
+    # (a 1 MB output tail, 600 MB in 6.5 s), not the incident's figures.
+    and "manual" not in p.parts
     # A page made by `runbook postmortem new` quotes its run's journal, not docs/data.
     and not re.search(r"^(run|record): ", p.read_text().split("\n---\n")[0], flags=re.M)
 )
@@ -423,12 +426,12 @@ def test_no_source_points_outside_the_repository_or_the_web():
 
 def test_pr_and_issue_numbers_are_links():
     """'PR #35540' or 'vLLM #53042' in a page's prose is a link the reader can open."""
-    for page in HAND_WRITTEN:
+    for page in [*HAND_WRITTEN, *sorted((REPO / "docs" / "manual").glob("*.md"))]:
         text = prose(page.read_text())
         text = re.sub(r"\[[^\]]*\](\([^)]*\)|\[[^\]]*\])", "", text)  # links, their text
         text = re.sub(r"^\[[^\]]+\]: \S+$", "", text, flags=re.M)  # reference definitions
         text = re.sub(r"<[^>]+>", "", text)
-        bare = re.findall(r"(?<![\w/#])#\d{3,}\b", text)
+        bare = re.findall(r"(?<![\w/#&])#\d{3,}\b", text)  # &#124; is a "|"
         assert bare == [], (page.name, bare)
     import yaml
 

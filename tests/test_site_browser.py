@@ -233,7 +233,8 @@ def test_links_work_from_file_urls(browser, site, width):  # noqa: F811
 @pytest.mark.parametrize("width", [390, 1280])
 def test_the_sizing_calculator_computes_offline(browser, site, shots, width):  # noqa: F811
     """Opened from disk, with no network: the incident's launch does not fit, and the
-    arithmetic is on the page; the simple vLLM path counts the size once per worker."""
+    arithmetic is on the page; TP 4 x DP 2 counts eight ranks; --cpu-offload-gb is budgeted
+    at 2x; an empty field is refused with a message, not a verdict."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -251,17 +252,38 @@ def test_the_sizing_calculator_computes_offline(browser, site, shots, width):  #
         browser,
         lambda d: "verdict: fits" in d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text,
     )
-    Select(browser.find_element(By.CSS_SELECTOR, "#sizing-vllm select[name=path]")).select_by_value(
-        "simple"
-    )
-    vllm = wait(
+    # TP 4 x DP 2: eight ranks, each with its own pool.
+    for name, value in (("tp", "4"), ("dp", "2"), ("hicache_size", "90")):
+        field = browser.find_element(By.CSS_SELECTOR, f"#sizing-sglang input[name={name}]")
+        field.clear()
+        field.send_keys(value)
+    sglang = wait(
         browser,
         lambda d: (
-            "pinned 8 time(s)" in d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+            "8 ranks × 90 GB = 720 GB"
+            in d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text
+            and d.find_element(By.CSS_SELECTOR, "#sizing-sglang output").text
+        ),
+    )
+    assert "does NOT fit" in sglang
+    vllm = browser.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
+    assert "2 × --cpu-offload-gb 40 GiB (pinned allocator rounding)" in vllm
+    assert "= 640 GiB" in vllm
+    assert "largest --cpu-offload-gb that fits: 24 GiB per GPU" in vllm.splitlines()
+    tp = browser.find_element(By.CSS_SELECTOR, "#sizing-vllm input[name=tp]")
+    tp.clear()
+    refused = wait(
+        browser,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").get_attribute("data-verdict")
+            == "refused"
             and d.find_element(By.CSS_SELECTOR, "#sizing-vllm output").text
         ),
     )
-    assert "2 × 8 × 40 GiB" in vllm
-    assert "= 640 GiB" in vllm
+    assert "--tensor-parallel-size: enter a number" in refused
+    assert "verdict" not in refused
+    Select(browser.find_element(By.CSS_SELECTOR, "#sizing-vllm select[name=path]")).select_by_value(
+        "simple"
+    )
     _no_page_overflow(browser)
     _full_page(browser, shots / f"calculator-{width}.png")

@@ -60,15 +60,16 @@ def test_the_preflight_is_read_only():
     ("launch", "code", "message"),
     [
         (
-            # 40 GiB per GPU read as a total: 8 GPUs take 320 GiB, with the KV buffer 520 GiB.
+            # 40 GiB per GPU read as a total: 8 GPUs take up to 2 x 320 GiB, with the KV
+            # buffer 840 GiB.
             "vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40 --kv-offloading-size 100",
             ExitCode.GOAL_NOT_MET,
-            "8 GPUs × 40 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 520 GiB requested",
+            "8 GPUs × (2 × 40 GiB --cpu-offload-gb + 0 GiB --swap-space) = 80 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 840 GiB requested",
         ),
         (
             "vllm serve /m -tp 4 -pp 2 --cpu-offload-gb 5 --kv-offloading-size 100",
             ExitCode.OK,
-            "8 GPUs × 5 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 240 GiB requested",
+            "8 GPUs × (2 × 5 GiB --cpu-offload-gb + 0 GiB --swap-space) = 10 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 280 GiB requested",
         ),
     ],
 )
@@ -117,17 +118,32 @@ def test_parser_names_the_kv_offload_path(launch, path, each_worker):
 @pytest.mark.ssh
 def test_preflight_counts_the_simple_path_once_per_worker(gpu_host, capsys):
     """VLLM_USE_SIMPLE_KV_OFFLOAD=1: each of the 8 workers pins the whole value (builds whose
-    SimpleCPUOffloadConnector does not divide by the world size), so 8 x the size is asked."""
-    plain = "vllm serve /m -tp 8 --kv-offloading-backend native --kv-offloading-size 40"
+    SimpleCPUOffloadConnector does not divide by the world size), exactly (it registers its
+    pages), so 8 x the size is asked; the default connector pins the total at up to 2x."""
+    plain = "vllm serve /m -tp 8 --kv-offloading-backend native --kv-offloading-size 60"
     code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={plain}"])
     out, _ = capsys.readouterr()
     assert code == ExitCode.OK, out
-    assert "2 × 1 × 40 GiB KV offload (connector: native, pinned 1 time(s)) = 80 GiB" in out
+    assert "2 × 1 × 60 GiB KV offload (connector: native, pinned 1 time(s)) = 120 GiB" in out
     simple = f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {plain}"
     code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={simple}"])
     out, _ = capsys.readouterr()
     assert code == ExitCode.GOAL_NOT_MET, out
-    assert "2 × 8 × 40 GiB KV offload (connector: simple, pinned 8 time(s)) = 640 GiB" in out
+    assert "1 × 8 × 60 GiB KV offload (connector: simple, pinned 8 time(s)) = 480 GiB" in out
+
+
+def test_parser_reads_the_data_parallel_layout_and_the_exact_pin_workaround():
+    config = parse_launch("vllm serve /m -tp 4 --data-parallel-size 2 --cpu-offload-gb 10")
+    assert (config.workers_per_host, config.cpu_offload_factor) == (8, None)
+    config = parse_launch(
+        "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1 vllm serve /m -tp 4 -dp 4 "
+        "--data-parallel-size-local 2 --cpu-offload-gb 10"
+    )
+    assert (config.workers_per_host, config.cpu_offload_factor) == (8, 1.0)
+    assert parse_launch("vllm serve /m -tp 8 --nnodes 2").workers_per_host == 4
+    with pytest.raises(ParseError, match="do not divide evenly over 4 nodes"):
+        parse_launch("vllm serve /m -tp 6 --nnodes 4")
+    assert parse_launch("").workers_per_host is None  # no launch: the parameters decide
 
 
 @pytest.mark.ssh

@@ -258,9 +258,26 @@ def render_page(
             _fence(f"runbook run {runbook.name} --host HOST"),
             "",
         ]
+    out += [
+        "Review what a run would do on the host's state now (`run --dry-run` is the same;"
+        " `--out plan.json` saves it for `run --plan`):",
+        "",
+        _fence(f"runbook plan {runbook.name} --host HOST"),
+        "",
+        "Practise it on a simulated host first: `runbook sim` serves one on 127.0.0.1 until"
+        " Ctrl-C and keeps its ssh_config in the folder given,",
+        "",
+        _fence("runbook sim --scenario oom-crash --folder sim"),
+        "",
+        "and, in another terminal, the same commands reach it by name:",
+        "",
+        _fence(f"runbook plan {runbook.name} --ssh-config sim/ssh_config --host sim0001"),
+        "",
+    ]
     if runbook.destructive:
         out += [
-            "Practise it first on a simulated server ([drills](../drills.md)):",
+            "Or live through the incident with simulated time and a debrief"
+            " ([drills](../drills.md)):",
             "",
             _fence(f"runbook drill {runbook.name}"),
             "",

@@ -15,6 +15,7 @@ from runbook_runner.observe import (
     free,
     fuser,
     meminfo,
+    memlimit,
     number,
     nvidia_mig,
     nvidia_smi,
@@ -40,6 +41,7 @@ from runbook_runner.observe.state import (
     MemInfo,
     Memory,
     MigDevice,
+    MemoryLimit,
     Number,
     ProcessOwner,
     ShmSegment,
@@ -128,6 +130,10 @@ def _meminfo(text: str, status: int, command: str) -> Any:
 
 def _systemctl_show(text: str, status: int, command: str) -> Any:
     return systemd.parse_show(text)
+
+
+def _memory_limit(text: str, status: int, command: str) -> Any:
+    return memlimit.parse_limits(text)
 
 
 def _number(text: str, status: int, command: str) -> Any:
@@ -235,6 +241,14 @@ PARSERS: dict[str, Parser] = {
         _systemctl_show,
         "systemctl show -p Prop,... UNIT: Key=value lines of one unit",
         "systemctl",
+    ),
+    "memory-limit": Parser(
+        MemoryLimit,
+        False,
+        _memory_limit,
+        "PATH=VALUE of the cgroup v2/v1 memory files and container markers, then df -B1 "
+        "--output=target,size,avail /dev/shm (the preflights' command)",
+        "the cgroup files",
     ),
     "number": Parser(Number, False, _number, "a number alone on one line", "the command"),
     "table": Parser(

@@ -3,8 +3,19 @@
     python3 -m sglang.launch_server --model-path M --tp-size 8 --hicache-size 300 ...
 
 Both ``--flag value`` and ``--flag=value`` forms; ``--tp`` is the short form of
-``--tp-size`` and ``--dp`` of ``--dp-size``. Flags not given are ``None``, so
+``--tp-size``, ``--dp`` of ``--dp-size``, ``--pp`` of ``--pp-size`` (and the long
+``--tensor-/--data-/--pipeline-parallel-size`` spellings). Flags not given are ``None``, so
 that a runbook can fall back to its parameters (``coalesce``).
+
+The ranks the launch puts on this host are counted as the server counts them
+(observe/sizing.py): ``tp x pp x (dp unless --enable-dp-attention) / nnodes``; a layout
+that rule cannot count is a parse error that says why (a check over it cannot tell).
+
+The text is either a launch command alone, ``ps -eo args`` of a host (the first SGLang
+launch among its lines), or both: a first line ``launch: COMMAND`` (the planned launch a
+runbook was given; empty when none) followed by ``ps`` output. A planned launch wins over
+the running server; one that is another server's (``vllm serve``) is refused by name, never
+silently replaced by what ``ps`` shows.
 """
 
 from __future__ import annotations
@@ -12,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from runbook_runner.errors import ParseError
+from runbook_runner.observe import sizing
 from runbook_runner.observe.launchflags import flag_values
 from runbook_runner.observe.state import LaunchConfig
 
@@ -21,8 +34,17 @@ _VALUED = {
     "--tensor-parallel-size": "tp_size",
     "--dp-size": "dp_size",
     "--dp": "dp_size",
+    "--data-parallel-size": "dp_size",
+    "--pp-size": "pp_size",
+    "--pp": "pp_size",
+    "--pipeline-parallel-size": "pp_size",
+    "--nnodes": "nnodes",
+    "--ep-size": "ep_size",
+    "--ep": "ep_size",
+    "--expert-parallel-size": "ep_size",
     "--hicache-size": "hicache_size_gb",
     "--hicache-ratio": "hicache_ratio",
+    "--hicache-host-memory-fraction": "hicache_host_memory_fraction",
     "--mem-fraction-static": "mem_fraction_static",
     "--model-path": "model_path",
     "--model": "model_path",
@@ -30,8 +52,12 @@ _VALUED = {
 _TYPES = {
     "tp_size": int,
     "dp_size": int,
+    "pp_size": int,
+    "nnodes": int,
+    "ep_size": int,
     "hicache_size_gb": float,
     "hicache_ratio": float,
+    "hicache_host_memory_fraction": float,
     "mem_fraction_static": float,
     "model_path": str,
 }
@@ -40,27 +66,72 @@ _TYPES = {
 _LAUNCH_LINE = re.compile(
     r"(?:^|\s)-m\s+sglang\.launch_server(?:\s|$)|(?:^|[\s/])sglang\s+serve(?:\s|$)"
 )
+# Another server's launch: handed to the SGLang preflight, it is refused, not read.
+_OTHER_SERVER = re.compile(
+    r"(?:^|[\s/])vllm\s+serve(?:\s|$)|(?:^|\s)-m\s+vllm\.entrypoints|"
+    r"(?:^|[\s/])trtllm-serve(?:\s|$)|(?:^|\s)-m\s+tensorrt_llm"
+)
+PLANNED = "launch:"
 
 
 def parse_launch(text: str) -> LaunchConfig:
-    """The flags of the first SGLang launch command in the text (a planned one given as a
-    parameter, or ``ps -eo args`` of the host); no launch command gives an empty config
-    (every field None: nothing is known). A launch without --tp-size runs one rank."""
-    joined = text.replace("\\\n", " ")
-    lines = [line for line in joined.splitlines() if line.strip()]
+    """The flags of the planned launch, or of the first SGLang launch command in the text
+    (``ps -eo args`` of the host); no launch command gives an empty config (every field
+    None: nothing is known). A launch without --tp-size runs one rank."""
+    lines = text.replace("\\\n", " ").splitlines()
+    if lines and lines[0].startswith(PLANNED):
+        planned = lines[0][len(PLANNED) :].strip()
+        if planned:
+            return _planned(planned)
+        lines = lines[1:]
+    return _from_lines([line for line in lines if line.strip()])
+
+
+def _planned(command: str) -> LaunchConfig:
+    if _OTHER_SERVER.search(command) and not _LAUNCH_LINE.search(command):
+        raise ParseError(
+            "the launch given is not SGLang's (it starts another server, e.g. vllm serve): "
+            "check it with vllm-offload-preflight"
+        )
+    return _counted(_flags(command), launched=True)
+
+
+def _from_lines(lines: list[str]) -> LaunchConfig:
     launches = [line for line in lines if _LAUNCH_LINE.search(line)]
     if len(lines) > 1 or (lines and not launches and "--" not in lines[0]):
         if not launches:
             return LaunchConfig()
-        joined = launches[0]
-    config = _flags(joined)
-    if joined.strip() and config.tp_size is None and launches:
+        return _counted(_flags(launches[0]), launched=True)
+    if not lines:
+        return LaunchConfig()
+    if _OTHER_SERVER.search(lines[0]) and not launches:
+        raise ParseError(
+            "the launch given is not SGLang's (it starts another server, e.g. vllm serve): "
+            "check it with vllm-offload-preflight"
+        )
+    return _counted(_flags(lines[0]), launched=bool(launches))
+
+
+def _counted(config: LaunchConfig, launched: bool) -> LaunchConfig:
+    """The config with its ranks on this host; a launch command without --tp-size runs
+    one rank, a bare list of flags without it says nothing of the ranks."""
+    if config.tp_size is None and launched:
         config = dataclasses.replace(config, tp_size=1)
-    return config
+    if config.tp_size is None:
+        return config
+    ranks = sizing.sglang_ranks(
+        config.tp_size, config.pp_size, config.dp_size, bool(config.dp_attention), config.nnodes
+    )
+    if ranks.count is None:
+        raise ParseError(f"the ranks on this host cannot be counted: {ranks.how}: {ranks.why}")
+    return dataclasses.replace(config, ranks_per_host=ranks.count, ranks_how=ranks.how)
 
 
 def _flags(text: str) -> LaunchConfig:
     words, values = flag_values(text, _VALUED, _TYPES)
-    if any(word.partition("=")[0] == "--enable-hierarchical-cache" for word in words):
+    flags = {word.partition("=")[0] for word in words}
+    if "--enable-hierarchical-cache" in flags:
         values["hicache_enabled"] = True
+    if "--enable-dp-attention" in flags:
+        values["dp_attention"] = True
     return LaunchConfig(**values)  # type: ignore[arg-type]

@@ -11,7 +11,13 @@ The scopes differ, and for ``--kv-offloading-size`` they depend on the path (rea
 source; the links are in docs/pitfalls/vllm-lmcache-offload.md):
 
 - ``--cpu-offload-gb`` offloads model *weights*, GiB **per GPU**, as a ceiling
-  (vllm/config/offload.py); ``--swap-space`` (legacy) is GiB per GPU.
+  (vllm/config/offload.py); ``--swap-space`` (legacy) is GiB per GPU. The offloaded weights
+  are pinned through PyTorch's caching host allocator, which rounds each tensor up to a
+  power of two (vLLM #56410 measures ~1.9x): the preflight budgets up to 2x; a launch that
+  sets ``VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1`` (exact buffers) gives
+  ``cpu_offload_factor = 1``.
+- The workers on this host are ``tp x pp x dp / nnodes`` (``--data-parallel-size-local``,
+  when given, is the engines on this host): ``workers_per_host``.
 - ``--kv-offloading-size`` with the default connector (backend ``native``): the **total**,
   which vLLM divides among the TP x PP workers (vllm/v1/kv_offload/cpu/spec.py divides by the
   world size). Pinned once in total: ``kv_offload_each_worker = 0``.
@@ -33,6 +39,8 @@ from __future__ import annotations
 
 import re
 
+from runbook_runner.errors import ParseError
+from runbook_runner.observe import sizing
 from runbook_runner.observe.launchflags import flag_values
 from runbook_runner.observe.state import VllmLaunchConfig
 
@@ -43,6 +51,13 @@ _VALUED = {
     "--pipeline-parallel-size": "pp_size",
     "--pipeline_parallel_size": "pp_size",
     "-pp": "pp_size",
+    "--data-parallel-size": "dp_size",
+    "--data_parallel_size": "dp_size",
+    "-dp": "dp_size",
+    "--data-parallel-size-local": "dp_local",
+    "--data_parallel_size_local": "dp_local",
+    "-dpl": "dp_local",
+    "--nnodes": "nnodes",
     "--cpu-offload-gb": "cpu_offload_gib",
     "--cpu_offload_gb": "cpu_offload_gib",
     "--swap-space": "swap_space_gib",
@@ -58,6 +73,9 @@ _VALUED = {
 _TYPES = {
     "tp_size": int,
     "pp_size": int,
+    "dp_size": int,
+    "dp_local": int,
+    "nnodes": int,
     "cpu_offload_gib": float,
     "swap_space_gib": float,
     "kv_offloading_gib": float,
@@ -66,18 +84,26 @@ _TYPES = {
     "model": str,
 }
 SIMPLE_ENV = "VLLM_USE_SIMPLE_KV_OFFLOAD"
-_ENV_WORD = re.compile(rf"^{SIMPLE_ENV}=(.*)$")
+# The documented workaround for --cpu-offload-gb's rounding (vLLM #56410, PR #32993):
+# offloaded weights in exact, unpinned buffers.
+EXACT_PIN_ENV = "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY"
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def env_set(words: list[str], name: str) -> bool:
+    """Whether the launch line sets the variable to a true value (the last setting wins)."""
+    pattern = re.compile(rf"^{name}=(.*)$")
+    value = False
+    for word in words:
+        match = pattern.match(word.rstrip(";"))
+        if match:
+            value = match.group(1).strip().lower() in _TRUE
+    return value
 
 
 def simple_offload(words: list[str]) -> bool:
     """Whether the launch line sets VLLM_USE_SIMPLE_KV_OFFLOAD to a true value (last wins)."""
-    value = False
-    for word in words:
-        match = _ENV_WORD.match(word.rstrip(";"))
-        if match:
-            value = match.group(1).strip().lower() in _TRUE
-    return value
+    return env_set(words, SIMPLE_ENV)
 
 
 def kv_offload_path(backend: str | None, size: float | None, simple: bool) -> str | None:
@@ -93,6 +119,11 @@ def kv_offload_path(backend: str | None, size: float | None, simple: bool) -> st
 EACH_WORKER = {None: 0, "native": 0, "simple": 1, "lmcache": None}
 
 
+def _int(values: dict[str, object], name: str) -> int | None:
+    value = values.get(name)
+    return value if isinstance(value, int) else None
+
+
 def parse_launch(text: str) -> VllmLaunchConfig:
     """The flags of one ``vllm serve`` (or ``python -m vllm.entrypoints...``) command."""
     words, values = flag_values(text.replace("\\\n", " "), _VALUED, _TYPES)
@@ -105,4 +136,22 @@ def parse_launch(text: str) -> VllmLaunchConfig:
     )
     values["kv_offload_path"] = path
     values["kv_offload_each_worker"] = EACH_WORKER.get(path)
+    values["kv_offload_factor"] = sizing.KV_OFFLOAD_FACTOR.get(path) if path else None
+    if env_set(words, EXACT_PIN_ENV):  # else the runbook's budget (up to 2x) holds
+        values["cpu_offload_factor"] = sizing.cpu_offload_factor(exact_pins=True)
+
+    if words:  # a launch given: its layout, vLLM's defaults for what it does not say
+        workers = sizing.vllm_workers(
+            _int(values, "tp_size"),
+            _int(values, "pp_size"),
+            _int(values, "dp_size"),
+            _int(values, "nnodes"),
+            _int(values, "dp_local"),
+        )
+        if workers.count is None:
+            raise ParseError(
+                f"the workers on this host cannot be counted: {workers.how}: {workers.why}"
+            )
+        values["workers_per_host"] = workers.count
+        values["workers_how"] = workers.how
     return VllmLaunchConfig(**values)  # type: ignore[arg-type]

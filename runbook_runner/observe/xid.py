@@ -62,12 +62,25 @@ CATALOG: dict[int, tuple[str, str]] = {
 LOOK_IT_UP = "LOOK_IT_UP"
 RECOVERY_ACTION_CHANGED = 154
 # Xid 154's "to 0xN (LABEL)": the recovery the driver now asks for, as an action bucket.
+# Every action NVML names (nvmlDeviceGpuRecoveryAction_t: NONE 0, GPU_RESET 1, NODE_REBOOT 2,
+# DRAIN_P2P 3, DRAIN_AND_RESET 4, RECOVER_IMEX_DOMAIN 5, BUS_RESET 6, SYSTEM_REBOOT 7;
+# https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html).
+# Drain P2P and Recover IMEX Domain are procedures of their own (quiesce peer traffic; the
+# IMEX domain's recovery): read them in NVIDIA's guide, never guess a rung for them.
 RECOVERY_ACTIONS = {
     "none": "IGNORE",
     "gpu reset required": "RESET_GPU",
+    "gpu reset": "RESET_GPU",
     "drain and reset": "RESET_GPU",
+    "drain p2p and reset gpu": "RESET_GPU",
     "node reboot required": "RESTART_BM",
+    "node reboot": "RESTART_BM",
     "os reboot": "RESTART_BM",
+    "system reboot": "RESTART_BM",
+    # A PCIe bus reset is more than a GPU reset; of the ladder's rungs, the reboot does it.
+    "bus reset": "RESTART_BM",
+    "drain p2p": LOOK_IT_UP,
+    "recover imex domain": LOOK_IT_UP,
 }
 
 _XID = re.compile(

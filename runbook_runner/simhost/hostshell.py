@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runbook_runner.simhost.model import EPOCH, SHM_DIR, SimHost
+from runbook_runner.simhost.model import CONTAINER_FILES, EPOCH, SHM_DIR, SimHost
 
 PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CLIENT = Path(__file__).with_name("standin_client.py")
@@ -225,7 +225,7 @@ def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
     }
     shm = [f"{SHM_DIR}/*"]
     cat = ["/proc/meminfo", "/proc/[0-9]*/environ", "/proc/[0-9]*/cgroup", "/proc/[0-9]*/cmdline"]
-    cat += [shlex.quote(p) for p in sorted(host.files)]
+    cat += [shlex.quote(p) for p in sorted({*host.files, *CONTAINER_FILES})]
     for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm)):
         scripts[name] = _paths_wrapper(name, client, patterns)
     # sudo: the command, as root (the simulated host's login is root already).

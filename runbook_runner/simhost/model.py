@@ -10,6 +10,16 @@ from typing import Any
 
 GIB = 1024**3
 SHM_DIR = "/dev/shm"  # noqa: S108 -- a simulated folder: no file is ever made there
+# The cgroup memory files and container markers the preflights read (observe/memlimit.py):
+# cat answers them from the state file's files, else as absent, never from the real machine.
+CONTAINER_FILES = (
+    "/sys/fs/cgroup/memory.max",
+    "/sys/fs/cgroup/memory.current",
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+    "/.dockerenv",
+    "/run/.containerenv",
+)
 EPOCH = 1_796_000_000  # simulated time 0 as a Unix time (the drill's clock starts at 1000)
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 

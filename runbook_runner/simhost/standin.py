@@ -177,7 +177,14 @@ def _drop_own_session() -> None:
         pid = parent
 
 
-HANDLERS = {**COMMANDS, "sim-server": sim_server}
+def _cat(env: Env, args: list[str]) -> int:
+    from runbook_runner.simhost.utilities import cat
+
+    return cat(env, args)
+
+
+# cat: only for the simulated paths (the tests' wrapper runs the real cat for any other).
+HANDLERS = {**COMMANDS, "sim-server": sim_server, "cat": _cat}
 
 
 def main(argv: list[str]) -> int:

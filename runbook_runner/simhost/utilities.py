@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from runbook_runner.simhost import render
 from runbook_runner.simhost.commands import COMMANDS, Env, rm
+from runbook_runner.simhost.model import CONTAINER_FILES
 
 Command = Callable[[Env, list[str]], int]
 
@@ -89,6 +90,9 @@ def cat(env: Env, args: list[str]) -> int:
             env.out(render.meminfo(env.host))
         elif path in env.host.files:
             env.out(env.host.files[path])
+        elif path in CONTAINER_FILES:  # a host not in a container, with no cgroup limit
+            env.err(f"cat: {path}: No such file or directory\n")
+            status = 1
         elif (match := re.fullmatch(r"/proc/(\d+)/(environ|cgroup|cmdline)", path)) is not None:
             process = next((p for p in env.host.processes if p.pid == int(match[1])), None)
             if process is None or not env.procs.alive(process.pid):

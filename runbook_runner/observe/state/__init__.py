@@ -35,6 +35,7 @@ from runbook_runner.observe.state.gpu import (
 )
 from runbook_runner.observe.state.host import Filesystem, MemInfo, Memory, ShmSegment
 from runbook_runner.observe.state.launch import LaunchConfig, VllmLaunchConfig
+from runbook_runner.observe.state.limits import MemoryLimit
 from runbook_runner.observe.state.process import HostProcess, ProcessOwner, UnitProperties
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "MemInfo",
     "Memory",
     "MigDevice",
+    "MemoryLimit",
     "Number",
     "OpenRecord",
     "ProcessOwner",
