@@ -206,6 +206,9 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
         if parent is not None and same_owner:
             process.owner = Owner.OURS
             process.evidence = f"a child of the subject's PID {parent} (parent chain)"
+        elif _ray(table, pid, chain):
+            process.owner = Owner.ANOTHER_OWNER
+            process.evidence = _ray(table, pid, chain)
         elif not facts.in_ps and facts.in_ps is not None:
             process.owner = Owner.UNKNOWN
             process.evidence = (
@@ -259,6 +262,31 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             process.evidence += (
                 f"; its launcher is gone (the instance's top process has parent PID {top.ppid})"
             )
+
+
+RAY_DAEMONS = frozenset({"raylet", "gcs_server"})
+
+
+def _ray(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
+    """Why a process is a Ray cluster's, or '': a ``ray::`` worker (Ray names its worker
+    processes ``ray::Actor.method``) or a descendant of a raylet. Ray restarts the actors it
+    loses (max_restarts), as systemd restarts a unit: a signal to one is not a stop; the
+    cluster is stopped by its owner (``ray stop``, or its job)."""
+    command = table[pid].facts.command or ""
+    raylet = next(
+        (p for p in chain if executable(table[p].facts.command or "") in RAY_DAEMONS), None
+    )
+    if raylet is not None:
+        return (
+            f"a Ray cluster's: under raylet PID {raylet} (parent chain); Ray restarts its "
+            "actors, so only the cluster's owner stops it (ray stop)"
+        )
+    if command.startswith("ray::") or executable(command) in RAY_DAEMONS:
+        return (
+            f"a Ray cluster's: {executable(command)[:40]}; Ray restarts its "
+            "actors, so only the cluster's owner stops it (ray stop)"
+        )
+    return ""
 
 
 def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
