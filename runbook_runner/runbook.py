@@ -9,6 +9,7 @@ the file name).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -199,10 +200,8 @@ class Subject:
             return PLACEHOLDER.sub(lambda m: str(params.get(m[1], "")), text)
 
         grace = self.startup_grace_s
-        try:
+        with contextlib.suppress(ValueError):  # a parameter's type is checked elsewhere
             grace = float(fill(self.startup_grace)) if self.startup_grace else grace
-        except ValueError:
-            pass  # a parameter's type is checked where parameters are; keep the default
         return replace(
             self,
             launcher=fill(self.launcher),

@@ -213,11 +213,15 @@ def _for_unit(
             )
         return None
     if not subject.unit_matches(unit):
-        return LeftAlone(f"unit {unit}", "not the subject's", "left alone", f"systemctl status {unit}")
+        return LeftAlone(
+            f"unit {unit}", "not the subject's", "left alone", f"systemctl status {unit}"
+        )
     rows = [r for r in owners if r.unit == unit]
     if any(r.disposition == Disposition.LEAVE for r in rows):
         r = next(r for r in rows if r.disposition == Disposition.LEAVE)
-        return LeftAlone(f"unit {unit}", _whose(r), f"left alone: {r.reason}", f"systemctl status {unit}")
+        return LeftAlone(
+            f"unit {unit}", _whose(r), f"left alone: {r.reason}", f"systemctl status {unit}"
+        )
     if any(r.disposition == Disposition.CANNOT_TELL for r in rows):
         r = next(r for r in rows if r.disposition == Disposition.CANNOT_TELL)
         return LeftAlone(
@@ -248,8 +252,7 @@ def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:
     for r in owners:
         if r.pid is not None and r.disposition == Disposition.CANNOT_TELL and r.pid not in seen:
             seen[r.pid] = (
-                f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} "
-                f"(look: {look_command(r.pid)})"
+                f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} (look: {look_command(r.pid)})"
             )
     return list(seen.values())
 

@@ -412,7 +412,9 @@ def container_holds_gpu2() -> SimHost:
     return host
 
 
-FLAT = "/"  # every process in one cgroup: no pam_systemd, the cgroupfs driver, a shared PID namespace
+FLAT = (
+    "/"  # every process in one cgroup: no pam_systemd, the cgroupfs driver, a shared PID namespace
+)
 
 
 def flat_cgroups_other_team() -> SimHost:
