@@ -106,6 +106,7 @@ def permitted(
         if item is None:
             allowed.append(item)
             continue
+        verdict: LeftAlone | str | None
         if affects in (None, "process") and getattr(item, "pid", None) is not None:
             verdict = _for_pid(item.pid, by_pid)
         elif affects == "gpu" and _minor(item) is not None:
