@@ -9,6 +9,7 @@ the file name).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -187,6 +188,10 @@ class Subject:
     health_path: str = ""
     ports: tuple[tuple[str, int], ...] = ()
     health_timeout_s: float = 5.0
+    # How long a live launcher whose port is closed may still be loading (plan/ownership.py):
+    # a number, or '{{ NAME }}' of a parameter (filled in by with_parameters).
+    startup_grace: str = ""
+    startup_grace_s: float = 1800.0
 
     def with_parameters(self, params: Mapping[str, Any]) -> Subject:
         """The patterns with their ``{{ NAME }}`` parameters filled in (raw: regexes)."""
@@ -194,8 +199,15 @@ class Subject:
         def fill(text: str) -> str:
             return PLACEHOLDER.sub(lambda m: str(params.get(m[1], "")), text)
 
+        grace = self.startup_grace_s
+        with contextlib.suppress(ValueError):  # a parameter's type is checked elsewhere
+            grace = float(fill(self.startup_grace)) if self.startup_grace else grace
         return replace(
-            self, launcher=fill(self.launcher), workers=fill(self.workers), unit=fill(self.unit)
+            self,
+            launcher=fill(self.launcher),
+            workers=fill(self.workers),
+            unit=fill(self.unit),
+            startup_grace_s=grace,
         )
 
     def launcher_matches(self, command: str) -> bool:
@@ -481,4 +493,5 @@ def _subject(spec: Mapping[str, Any] | None) -> Subject | None:
         health_path=health.get("path", ""),
         ports=tuple((pattern, int(port)) for pattern, port in (health.get("ports") or {}).items()),
         health_timeout_s=float(health.get("timeout", 5.0)),
+        startup_grace=str(health.get("startup_grace", "")),
     )

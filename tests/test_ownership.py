@@ -285,9 +285,16 @@ def test_the_engine_signals_only_ours_and_broken():
     assert {item.pid for item in permission.allowed} == {4101, 4120, 5120}
     assert len(permission.left_alone) == 4
     assert any("infrastructure" in line for line in permission.left_alone)
-    blocked = guard.permitted(SUBJECT, "process", [Pid(7301)], owners)
-    assert blocked.blocked
-    assert not blocked.allowed
+    # A process whose owner cannot be told is not signalled; the signals to the subject's
+    # processes still go: "cannot tell" holds back only what would reach it.
+    mixed = guard.permitted(SUBJECT, "process", [Pid(4120), Pid(7301)], owners)
+    assert [item.pid for item in mixed.allowed] == [4120]
+    assert not mixed.blocked
+    (held,) = mixed.held_back
+    assert held.cannot_tell
+    assert held.what.startswith("PID 7301")
+    assert held.look == "ps -o pid,user,lstart,args -p 7301; cat /proc/7301/cgroup"
+    assert "look: ps -o pid,user,lstart,args -p 7301" in mixed.left_alone[0]
 
 
 def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_them():
@@ -299,9 +306,14 @@ def test_no_gpu_another_owner_uses_is_reset_and_no_node_wide_rung_runs_beside_th
     assert 6 not in allowed
     assert 7 not in allowed
     assert {0, 1, 2} <= allowed  # ours (daemons hold them too: infrastructure is no obstacle)
-    assert any(
-        "cannot" in line or "unknown" in line or "told" in line for line in permission.blocked
-    )
+    # GPUs 3 and 4 are held by processes whose owner cannot be told: they are not reset,
+    # and the resets of GPUs 0-2 go ahead all the same (nothing blocks the step).
+    assert 3 not in allowed
+    assert 4 not in allowed
+    assert not permission.blocked
+    cannot = {h.what for h in permission.held_back if h.cannot_tell}
+    assert cannot == {"GPU /dev/nvidia3", "GPU /dev/nvidia4"}
+    assert any("cat /proc/7301/cgroup" in h.look for h in permission.held_back)
     node = guard.permitted(SUBJECT, "node", [None], owners)
     assert node.blocked
     assert "--allow-node-wide" in node.blocked[0]
@@ -319,9 +331,16 @@ def test_a_healthy_server_is_left_alone_and_its_unit_is_not_stopped():
     )
     assert not unit.allowed
     assert "healthy" in unit.left_alone[0]
-    infra = guard.permitted(
-        SUBJECT, "service", [type("U", (), {"text": "nvidia-persistenced"})()], owners
-    )
+    persistenced = [type("U", (), {"text": "nvidia-persistenced"})()]
+    # Stopping the GPU services reaches every GPU: while holders nobody can attribute (7301,
+    # 8812) are on the node, that node-wide rung is blocked; starting them again never is.
+    stop = guard.permitted(SUBJECT, "service", persistenced, owners)
+    assert not stop.allowed
+    assert "cannot tell who holds" in stop.blocked[0]
+    assert "PID 7301" in stop.blocked[0]
+    assert guard.permitted(SUBJECT, "service", persistenced, owners, stops=False).allowed
+    told = [o for o in owners if o.disposition != "cannot-tell"]
+    infra = guard.permitted(SUBJECT, "service", persistenced, told)
     assert infra.allowed  # stopped as a unit, as NVIDIA documents, never signalled by PID
 
 

@@ -57,6 +57,13 @@ def test_the_run_does_what_the_expert_would(capsys, scenario):
     for pid in scenario.left_alone:
         assert holders[pid]["verdict"] == "leave", holders.get(pid)
         assert holders[pid]["evidence"]
+    # 2c. a holder whose owner cannot be told is named so, with why; it held back only what
+    # could reach it: no action above touched it or its GPUs (the extra actions are none)
+    for pid in scenario.cannot_tell:
+        assert holders[pid]["verdict"] == "cannot-tell", holders.get(pid)
+        assert "cannot be told" in holders[pid]["reason"]
+        for gpu in holders[pid]["gpus"]:
+            assert f"reset GPU {gpu}" not in drill["actions"]
     # 3. in time
     assert drill["recovery_s"] <= TOLERANCE * scenario.ideal_s, drill
     assert drill["ok"]

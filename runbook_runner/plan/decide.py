@@ -9,6 +9,7 @@ desired and the observed state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,12 @@ class Decision:
     holds: bool = False  # skipped because its skip_if holds (not merely nothing to do)
     items: tuple[Any, ...] = ()  # what it acts on (empty: it runs once)
     left_alone: tuple[str, ...] = ()  # what ownership kept it from, with why
+    # The same, as records (what, whose, why, the command to look at it): for a run's verdict.
+    held_back: tuple[permission.LeftAlone, ...] = ()
+
+
+# A step whose command stops a service (the GPU services' stop is a node-wide rung).
+_STOPS = re.compile(r"\bsystemctl\s+(stop|restart|kill)\b")
 
 
 def observations_needed(runbook: Runbook, step: Step) -> list[str]:
@@ -130,18 +137,31 @@ def _owned(
         return Decision(Verdict.BLOCKED, f"blocked: cannot tell who owns what: {reason}")
     owners = tuple(row for n in names for row in state[n])
     allowed = permission.permitted(
-        subject, step.affects, list(items) or [None], owners, allow_node_wide=allow_node_wide
+        subject,
+        step.affects,
+        list(items) or [None],
+        owners,
+        allow_node_wide=allow_node_wide,
+        stops=step.run is not None and _STOPS.search(step.run.source) is not None,
     )
     if allowed.blocked:
-        return Decision(Verdict.BLOCKED, "blocked: " + "; ".join(allowed.blocked))
+        return Decision(
+            Verdict.BLOCKED,
+            "blocked: " + "; ".join(allowed.blocked),
+            left_alone=allowed.left_alone,
+            held_back=allowed.held_back,
+        )
     if not allowed.allowed:
         return Decision(
             Verdict.SKIP,
             "left alone: " + "; ".join(allowed.left_alone),
             left_alone=allowed.left_alone,
+            held_back=allowed.held_back,
         )
     items = tuple(item for item in allowed.allowed if item is not None)
-    return Decision(Verdict.RUN, items=items, left_alone=allowed.left_alone)
+    return Decision(
+        Verdict.RUN, items=items, left_alone=allowed.left_alone, held_back=allowed.held_back
+    )
 
 
 def unreported(step: Step, item: Any, params: Mapping[str, Any]) -> list[str]:

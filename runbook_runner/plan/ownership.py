@@ -104,7 +104,17 @@ INFRASTRUCTURE_EXECUTABLES = frozenset(
     }
 )
 RESTART_LOOP = 3  # automatic restarts (systemd's NRestarts) that make a crash loop
-STARTUP_GRACE_S = 900  # a launcher younger than this whose port is not open yet is starting
+# A launcher whose port is closed may still be loading its model for this long (the
+# subject's startup_grace, a runbook parameter, overrides it). Loading is slow: vLLM's
+# 163-shard checkpoint took over 10 minutes (https://github.com/vllm-project/vllm/issues/35547,
+# past vLLM's own 600 s engine timeout, https://github.com/vllm-project/vllm-ascend/pull/7098),
+# and a 120B model's start exceeded a 1,200 s health wait
+# (https://github.com/tenstorrent/tt-inference-server/issues/3657): 30 minutes by default.
+STARTUP_GRACE_S = 1800
+# SGLang starts its scheduler processes (sglang/srt/entrypoints/engine.py,
+# _launch_subprocesses) and vLLM its engine core and workers before either loads a weight:
+# a launcher this old with none of its workers alive is not loading anything.
+WORKERS_START_S = 60
 _ANCESTRY_LIMIT = 64  # parent chains longer than this are cut (a loop in a hostile listing)
 
 
@@ -196,6 +206,9 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
         if parent is not None and same_owner:
             process.owner = Owner.OURS
             process.evidence = f"a child of the subject's PID {parent} (parent chain)"
+        elif _ray(table, pid, chain):
+            process.owner = Owner.ANOTHER_OWNER
+            process.evidence = _ray(table, pid, chain)
         elif not facts.in_ps and facts.in_ps is not None:
             process.owner = Owner.UNKNOWN
             process.evidence = (
@@ -249,6 +262,31 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             process.evidence += (
                 f"; its launcher is gone (the instance's top process has parent PID {top.ppid})"
             )
+
+
+RAY_DAEMONS = frozenset({"raylet", "gcs_server"})
+
+
+def _ray(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
+    """Why a process is a Ray cluster's, or '': a ``ray::`` worker (Ray names its worker
+    processes ``ray::Actor.method``) or a descendant of a raylet. Ray restarts the actors it
+    loses (max_restarts), as systemd restarts a unit: a signal to one is not a stop; the
+    cluster is stopped by its owner (``ray stop``, or its job)."""
+    command = table[pid].facts.command or ""
+    raylet = next(
+        (p for p in chain if executable(table[p].facts.command or "") in RAY_DAEMONS), None
+    )
+    if raylet is not None:
+        return (
+            f"a Ray cluster's: under raylet PID {raylet} (parent chain); Ray restarts its "
+            "actors, so only the cluster's owner stops it (ray stop)"
+        )
+    if command.startswith("ray::") or executable(command) in RAY_DAEMONS:
+        return (
+            f"a Ray cluster's: {executable(command)[:40]}; Ray restarts its "
+            "actors, so only the cluster's owner stops it (ray stop)"
+        )
+    return ""
 
 
 def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
@@ -356,6 +394,55 @@ def classify(
     return tuple(out)
 
 
+def _starting(
+    subject: Subject,
+    root: ProcessOwner,
+    members: Sequence[_Process],
+    probe: ProbeResult,
+    port: int | None,
+) -> tuple[Disposition, str, str, int | None]:
+    """A live launcher whose port is closed: starting, or broken on evidence.
+
+    Starting is not for ever: past the startup grace its closed port is broken; sooner,
+    a launcher whose workers are all gone (older than the seconds a kind takes to start
+    them) is loading nothing: broken too. Otherwise it is left to load.
+    """
+    age = root.age_s
+    workers = [m for m in members if m.facts.pid != root.pid and m.facts.state not in {"Z", "X"}]
+    grace = subject.startup_grace_s
+    if age is None:
+        return (
+            Disposition.ACT,
+            f"broken: {probe.detail}, and how long its launcher has run is not reported",
+            str(Health.FAILING),
+            port,
+        )
+    if age >= grace:
+        return (
+            Disposition.ACT,
+            f"broken: {probe.detail}, still after {age} s: past the startup grace "
+            f"of {grace:g} s (startup_grace_s)",
+            str(Health.FAILING),
+            port,
+        )
+    if not workers and age >= WORKERS_START_S:
+        return (
+            Disposition.ACT,
+            f"broken: {probe.detail}, and none of its workers lives (up {age} s; a "
+            f"launcher starts its workers within {WORKERS_START_S} s, before loading)",
+            str(Health.FAILING),
+            port,
+        )
+    live = f", {len(workers)} of its workers live" if workers else ""
+    return (
+        Disposition.LEAVE,
+        f"starting: up {age} s, its port {port} is not open yet{live} (judged broken past "
+        f"the startup grace of {grace:g} s)",
+        "starting",
+        port,
+    )
+
+
 def _disposition(
     subject: Subject,
     table: Mapping[int, _Process],
@@ -415,15 +502,9 @@ def _disposition(
             port,
         )
     launcher_alive = subject.launcher_matches(root.command or "")
-    young = root.age_s is not None and root.age_s < STARTUP_GRACE_S
     if probe is not None and probe.health is Health.FAILING:
-        if launcher_alive and young:
-            return (
-                Disposition.LEAVE,
-                f"starting: up {root.age_s} s, its port {port} is not open yet",
-                "starting",
-                port,
-            )
+        if launcher_alive and probe.refused:
+            return _starting(subject, root, members, probe, port)
         return Disposition.ACT, f"broken: {probe.detail}", str(Health.FAILING), port
     if probe is not None:
         return (

@@ -4,7 +4,15 @@ touch, from the latest ownership verdicts (plan/ownership.py). Pure.
 Only *ours and broken* processes are signalled; no GPU that another owner (or a healthy
 server) uses is reset; a subject's unit is stopped only when its server is broken, GPU
 services only as units; no node-wide rung runs while another owner is on the node unless
-the operator gave the gate; a holder that cannot be attributed blocks what would touch it.
+the operator gave the gate.
+
+"Cannot tell" holds back only what it could reach: a holder whose owner or health cannot
+be told keeps every action that could reach it from running (a signal to it, a reset of a
+GPU it holds, and every node-wide rung: a driver reload, stopping the GPU services, a
+reboot) and nothing else. A per-GPU reset of a GPU it does not hold, and a signal to a
+process proven the subject's, go ahead; what was held back is named, whose it is, why,
+and the command a person runs to look at it (:class:`LeftAlone`). A node-wide rung cannot
+be scoped: the step is blocked, and the run stops before it.
 """
 
 from __future__ import annotations
@@ -19,13 +27,37 @@ from runbook_runner.runbook import Subject
 
 
 @dataclass(frozen=True)
+class LeftAlone:
+    """One thing a step kept its hands off: what, whose, why, and how a person looks at it."""
+
+    what: str  # "PID 7001 (python3 train.py)", "GPU /dev/nvidia5"
+    whose: str  # its owner class and the evidence for it
+    why: str  # why it was left alone (not ours, healthy, cannot tell ...)
+    look: str = ""  # the command a person runs to look at it
+    cannot_tell: bool = False  # left alone because its owner or health cannot be told
+
+    def said(self) -> str:
+        look = f" (look: {self.look})" if self.look else ""
+        return f"{self.what}: {self.whose}: {self.why}{look}"
+
+
+def look_command(pid: int | None) -> str:
+    """What a person runs to see who a process is: its user, start and command, its cgroup."""
+    if pid is None:
+        return ""
+    return f"ps -o pid,user,lstart,args -p {pid}; cat /proc/{pid}/cgroup"
+
+
+@dataclass(frozen=True)
 class Permission:
     """What a destructive step may act on: the items allowed, the ones left alone (with
-    why: said, not an error), and what blocks the step (cannot tell, or a gate)."""
+    why: said, not an error), and what blocks the step (a node-wide rung that cannot be
+    scoped past a holder nobody can attribute, or a gate)."""
 
     allowed: tuple[Any, ...]
     left_alone: tuple[str, ...] = ()
     blocked: tuple[str, ...] = ()
+    held_back: tuple[LeftAlone, ...] = ()  # left_alone, as records (left_alone is their said())
 
 
 def permitted(
@@ -35,15 +67,20 @@ def permitted(
     owners: Sequence[ProcessOwner],
     *,
     allow_node_wide: bool = False,
+    stops: bool = True,
 ) -> Permission:
     """Which of a destructive step's items it may act on, from the latest classification.
 
     process: only PIDs classified ours or orphaned ours and broken ('act');
-    gpu: no GPU that a process left alone (another owner's, a healthy server) holds;
+    gpu: no GPU that a process left alone (another owner's, a healthy server, one whose
+    owner cannot be told) holds;
     service: a unit of the subject only if its instance is broken, infrastructure units
-    (stopped as units, as NVIDIA documents), nothing else;
-    node: nothing while another owner's process is on the node, unless the gate is given.
-    A holder whose owner or health cannot be told blocks what would touch it.
+    (stopped as units, as NVIDIA documents) unless a holder nobody can attribute is on
+    the node (``stops``: the step stops them; starting them again is never held back),
+    nothing else;
+    node: nothing while another owner's process is on the node, unless the gate is given,
+    and nothing while a holder nobody can attribute is on it, whatever the gate.
+    A holder whose owner or health cannot be told holds back only what would reach it.
     """
     by_pid: dict[int, list[ProcessOwner]] = {}
     for row in owners:
@@ -64,25 +101,36 @@ def permitted(
         if unknown:
             blocked.append("cannot tell who holds: " + "; ".join(unknown))
         return Permission(tuple(items) if not blocked else (), (), tuple(blocked))
+    held: list[LeftAlone] = []
     for item in items:
         if item is None:
             allowed.append(item)
             continue
+        verdict: LeftAlone | str | None
         if affects in (None, "process") and getattr(item, "pid", None) is not None:
             verdict = _for_pid(item.pid, by_pid)
         elif affects == "gpu" and _minor(item) is not None:
             verdict = _for_gpu(_minor(item), owners)
         elif affects == "service" and _unit(item):
-            verdict = _for_unit(subject, _unit(item), owners)
+            verdict = _for_unit(subject, _unit(item), owners, stops)
         else:
             verdict = None
         if verdict is None:
             allowed.append(item)
-        elif verdict[0] == "leave":
-            left.append(verdict[1])
+        elif isinstance(verdict, LeftAlone):
+            held.append(verdict)
+            left.append(verdict.said())
         else:
-            blocked.append(verdict[1])
-    return Permission(tuple(allowed), tuple(left), tuple(blocked))
+            blocked.append(verdict)
+    return Permission(tuple(allowed), tuple(left), tuple(blocked), tuple(held))
+
+
+def _row_said(row: ProcessOwner) -> str:
+    return f"PID {row.pid} ({(row.command or '?')[:60]})"
+
+
+def _whose(row: ProcessOwner) -> str:
+    return f"{row.owner or 'unclassified'}: {row.evidence or 'no evidence'}"
 
 
 def _minor(item: Any) -> int | None:
@@ -101,53 +149,89 @@ def _unit(item: Any) -> str:
     return ""
 
 
-def _for_pid(pid: int, by_pid: Mapping[int, list[ProcessOwner]]) -> tuple[str, str] | None:
+def _for_pid(pid: int, by_pid: Mapping[int, list[ProcessOwner]]) -> LeftAlone | None:
     rows = by_pid.get(pid)
     if not rows:
-        return "cannot", f"PID {pid} is not among the classified processes: not signalled"
+        return LeftAlone(
+            f"PID {pid}",
+            "not among the classified processes",
+            "not signalled: its owner cannot be told",
+            look_command(pid),
+            cannot_tell=True,
+        )
     row = rows[0]
     if row.disposition == Disposition.ACT:
         return None
-    said = f"PID {pid} ({(row.command or '?')[:60]}): {row.owner}: {row.reason} ({row.evidence})"
-    if row.disposition == Disposition.CANNOT_TELL:
-        return "cannot", said
-    return "leave", said
+    cannot = row.disposition == Disposition.CANNOT_TELL
+    return LeftAlone(
+        _row_said(row),
+        _whose(row),
+        f"not signalled: {row.reason}",
+        look_command(pid),
+        cannot_tell=cannot,
+    )
 
 
-def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> tuple[str, str] | None:
+def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> LeftAlone | None:
     rows = [r for r in owners if r.minor_number == minor]
     cannot = [r for r in rows if r.disposition == Disposition.CANNOT_TELL]
     if cannot:
         r = cannot[0]
-        return "cannot", f"GPU /dev/nvidia{minor} is held by PID {r.pid}: {r.reason}"
+        return LeftAlone(
+            f"GPU /dev/nvidia{minor}",
+            f"held by {_row_said(r)}, {_whose(r)}",
+            f"not reset: {r.reason}",
+            look_command(r.pid),
+            cannot_tell=True,
+        )
     kept = [
         r for r in rows if r.disposition == Disposition.LEAVE and r.owner != Owner.INFRASTRUCTURE
     ]
     if kept:
         r = kept[0]
-        return "leave", (
-            f"GPU /dev/nvidia{minor} is left alone: PID {r.pid} ({(r.command or '?')[:60]}) "
-            f"uses it: {r.reason} ({r.evidence})"
+        return LeftAlone(
+            f"GPU /dev/nvidia{minor}",
+            f"used by {_row_said(r)}, {_whose(r)}",
+            f"left alone: {r.reason}",
+            look_command(r.pid),
         )
     return None
 
 
 def _for_unit(
-    subject: Subject, unit: str, owners: Sequence[ProcessOwner]
-) -> tuple[str, str] | None:
+    subject: Subject, unit: str, owners: Sequence[ProcessOwner], stops: bool
+) -> LeftAlone | str | None:
+    """None: allowed; a LeftAlone: this unit is kept; a text: the step is blocked."""
     if unit in INFRASTRUCTURE_UNITS or unit.removesuffix(".service") + ".service" in (
         INFRASTRUCTURE_UNITS
     ):
+        unknown = _cannot_tell(owners) if stops else []
+        if unknown:
+            # Stopping a GPU service reaches every GPU of the node (persistence, monitoring,
+            # the fabric): a node-wide rung, which cannot be scoped past such a holder.
+            return f"stopping {unit} reaches every GPU; cannot tell who holds: " + "; ".join(
+                unknown
+            )
         return None
     if not subject.unit_matches(unit):
-        return "leave", f"unit {unit} is not the subject's: left alone"
+        return LeftAlone(
+            f"unit {unit}", "not the subject's", "left alone", f"systemctl status {unit}"
+        )
     rows = [r for r in owners if r.unit == unit]
     if any(r.disposition == Disposition.LEAVE for r in rows):
         r = next(r for r in rows if r.disposition == Disposition.LEAVE)
-        return "leave", f"unit {unit} is left alone: {r.reason}"
+        return LeftAlone(
+            f"unit {unit}", _whose(r), f"left alone: {r.reason}", f"systemctl status {unit}"
+        )
     if any(r.disposition == Disposition.CANNOT_TELL for r in rows):
         r = next(r for r in rows if r.disposition == Disposition.CANNOT_TELL)
-        return "cannot", f"unit {unit}: {r.reason}"
+        return LeftAlone(
+            f"unit {unit}",
+            _whose(r),
+            f"not stopped: {r.reason}",
+            f"systemctl status {unit}",
+            cannot_tell=True,
+        )
     return None
 
 
@@ -168,5 +252,32 @@ def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:
     seen: dict[int, str] = {}
     for r in owners:
         if r.pid is not None and r.disposition == Disposition.CANNOT_TELL and r.pid not in seen:
-            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason}"
+            seen[r.pid] = (
+                f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} (look: {look_command(r.pid)})"
+            )
     return list(seen.values())
+
+
+def held_back(owners: Sequence[ProcessOwner]) -> tuple[LeftAlone, ...]:
+    """Every holder no step may touch, once each: another owner's, a healthy server's, one
+    whose owner or health cannot be told (GPU infrastructure is not listed: it is stopped
+    as a unit when a rung needs it). For a run's verdict: what was left alone, whose, why,
+    and how to look at it."""
+    seen: dict[int, LeftAlone] = {}
+    for r in owners:
+        if r.pid is None or r.pid in seen or r.owner == Owner.INFRASTRUCTURE:
+            continue
+        if r.disposition not in (Disposition.LEAVE, Disposition.CANNOT_TELL):
+            continue
+        gpus = sorted(
+            {x.minor_number for x in owners if x.pid == r.pid and x.minor_number is not None}
+        )
+        on = f" on GPU {', '.join(f'/dev/nvidia{g}' for g in gpus)}" if gpus else ""
+        seen[r.pid] = LeftAlone(
+            _row_said(r) + on,
+            _whose(r),
+            r.reason or "",
+            look_command(r.pid),
+            cannot_tell=r.disposition == Disposition.CANNOT_TELL,
+        )
+    return tuple(seen.values())

@@ -412,6 +412,139 @@ def container_holds_gpu2() -> SimHost:
     return host
 
 
+FLAT = (
+    "/"  # every process in one cgroup: no pam_systemd, the cgroupfs driver, a shared PID namespace
+)
+
+
+def flat_cgroups_other_team() -> SimHost:
+    """A node whose cgroups say nothing (sshd without pam_systemd: every login's processes
+    share one cgroup): our TP4 server crashed on GPUs 0-3 (memory held, no process left);
+    a training job nobody can attribute runs on GPU 5."""
+    host = other_team_on_gpu5()
+    for process in host.processes:
+        process.cgroup = FLAT
+    return host
+
+
+def flat_cgroups_reset_refused() -> SimHost:
+    """The same flat node, but GPU 3 will not come back from a reset: the next rungs (stop
+    the GPU services, reload the driver) reach every GPU, the stranger's too."""
+    host = flat_cgroups_other_team()
+    host.gpu(3).resets_that_fail = 99
+    return host
+
+
+def seed_launcher_alive() -> SimHost:
+    """The seed's state: SGLang's launcher lives on (up 93 s) holding /dev/nvidia0, its port
+    30000 never opened; its eight schedulers were OOM-killed, and GPUs 0 and 2 keep their
+    memory (96,410 MiB each)."""
+    host = oom_crash()
+    host.processes = [
+        SimProcess(
+            pid=4101,
+            cmdline=LAUNCH,
+            gpu_mib={"0": 0},
+            teardown_s=1.0,
+            listens=None,
+            born=START - 93.0,
+        )
+    ]
+    return host
+
+
+RAYLET = (
+    "/usr/local/lib/python3.10/dist-packages/ray/core/src/ray/raylet/raylet "
+    "--raylet_socket_name=/tmp/ray/session_latest/sockets/raylet --node_manager_port=0"
+)
+
+
+def ray_cluster_beside() -> SimHost:
+    """Our TP4 server crashed on GPUs 0-3 (memory held); another team's Ray cluster trains
+    on GPUs 4-7: four ``ray::`` actors under a raylet, on a node with flat cgroups."""
+    host = eight_gpu_server()
+    for index in range(4):
+        host.gpu(index).orphaned_mib = 91_000
+    host.processes = [
+        SimProcess(pid=7500, cmdline=RAYLET, user="bob", cgroup=FLAT, born=-7200.0),
+        *(
+            SimProcess(
+                pid=7510 + rank,
+                ppid=7500,
+                cmdline="ray::RayTrainWorker.train_func",
+                gpu_mib={str(4 + rank): 70_000},
+                host_bytes=8 * GIB,
+                teardown_s=5.0,
+                user="bob",
+                cgroup=FLAT,
+            )
+            for rank in range(4)
+        ),
+    ]
+    return host
+
+
+def nohup_job_beside_orphans() -> SimHost:
+    """A vLLM server's API process died, its four workers live on under PID 1 (GPUs 0-3);
+    beside them a job someone started with nohup, its login long gone (parent PID 1 too),
+    trains on GPU 6."""
+    host = eight_gpu_server()
+    host.processes = [
+        SimProcess(
+            pid=6120 + rank,
+            cmdline=f"VLLM::Worker_TP{rank}",
+            gpu_mib={str(rank): 88_000},
+            host_bytes=20 * GIB,
+            teardown_s=10.0,
+            user="vllm",
+        )
+        for rank in range(4)
+    ]
+    host.processes.append(
+        SimProcess(
+            pid=7301,
+            cmdline="python3 finetune.py --out /scratch/carol/run7",
+            gpu_mib={"6": 60_000},
+            host_bytes=10 * GIB,
+            teardown_s=5.0,
+            user="carol",
+            cgroup="/user.slice/user-1003.slice/session-12.scope",
+        )
+    )
+    return host
+
+
+LMCACHE = "python3 -m lmcache.v1.server 0.0.0.0 65432"
+
+
+def shared_kv_cache_server() -> SimHost:
+    """Our TP4 SGLang server hangs on GPUs 0-3; a KV-cache server (LMCache) it shares with
+    another team's healthy vLLM server (GPUs 4-7) holds GPU 7 and 64 GiB of host memory."""
+    host = eight_gpu_server()
+    host.processes = _server(ranks=(0, 1, 2, 3), teardown_s=10.0, health="hung")
+    host.processes[0].cmdline = LAUNCH.replace("--tp-size 8", "--tp-size 4")
+    host.processes += [
+        SimProcess(
+            pid=7601,
+            cmdline=LMCACHE,
+            gpu_mib={"7": 4_000},
+            host_bytes=64 * GIB,
+            user="lmcache",
+            unit="lmcache.service",
+        ),
+        SimProcess(
+            pid=7701,
+            cmdline="vllm serve /models/llama-70b --tensor-parallel-size 4 --port 8001",
+            gpu_mib={"4": 70_000, "5": 70_000, "6": 70_000, "7": 70_000},
+            host_bytes=16 * GIB,
+            user="dave",
+            listens=8001,
+            cgroup="/user.slice/user-1004.slice/session-21.scope",
+        ),
+    ]
+    return host
+
+
 # -- the matrix ----------------------------------------------------------------------------
 
 

@@ -31,12 +31,15 @@ from runbook_runner.simhost.hosts import (
     driver_not_loaded,
     ecc_recurring,
     gpu6_unknown_error,
+    flat_cgroups_other_team,
+    flat_cgroups_reset_refused,
     healthy_server,
     host_ram_leak,
     host_ram_unpinning,
     leaked_shm,
     mig_gpu1_in_use,
     nccl_rank_died,
+    nohup_job_beside_orphans,
     nvidia_smi_missing,
     nvlink_fault,
     oom_crash,
@@ -44,6 +47,9 @@ from runbook_runner.simhost.hosts import (
     other_team_on_gpu5,
     pattern_mismatch,
     persistence_blocks_reset,
+    ray_cluster_beside,
+    seed_launcher_alive,
+    shared_kv_cache_server,
     slow_teardown,
     stuck_d_state,
     supervisor_restarts_server,
@@ -75,6 +81,10 @@ class Scenario:
     allow_reboot: bool = False  # the row is played with --allow-reboot
     left_alone: tuple[int, ...] = ()  # PIDs the run must name as left alone (not ours, healthy)
     runbook: str = "gpu-oom-recovery"
+    # PIDs whose owner cannot be told: never touched, named with how to look at them, and
+    # holding back only what could reach them (their GPU's reset, every node-wide rung)
+    cannot_tell: tuple[int, ...] = ()
+    thread: str = ""  # a public thread where the pattern is met and what the expert does
 
     @property
     def docs_page(self) -> str:
@@ -494,6 +504,113 @@ MATRIX: tuple[Scenario, ...] = (
         "waits until none is in use",
         page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
         left_alone=(7301,),
+    ),
+)
+
+MATRIX += (
+    Scenario(
+        "flat-cgroups-stranger-gpu5",
+        "every process shares one cgroup and a job nobody can attribute runs on GPU 5, while "
+        "our server crashed on GPUs 0-3: reset 0-3; the stranger holds back only its own GPU",
+        flat_cgroups_other_team,
+        wrong="orphaned memory on GPUs 0-3; on GPU 5 a training job runs in the same cgroup "
+        "as everything else (no pam_systemd): nothing says whose it is",
+        expert="reset GPUs 0-3; do not touch GPU 5 or its process; ask around whose it is "
+        "(ps -o pid,user,lstart,args -p 7001); no node-wide rung while it runs",
+        actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
+        ideal_s=40,
+        lesson="cannot tell holds back what could reach the stranger, and nothing else",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        cannot_tell=(7001,),
+        thread="https://forums.developer.nvidia.com/t/memory-on-gpu-not-freed-after-the-program-is-killed/62311",
+    ),
+    Scenario(
+        "flat-cgroups-reset-refused",
+        "the same flat node, but GPU 3 will not come back from a reset: the next rungs reach "
+        "every GPU, the stranger's too, so the run stops before them and says why",
+        flat_cgroups_reset_refused,
+        wrong="orphaned memory on GPUs 0-3, GPU 3's reset fails every time; a job nobody can "
+        "attribute runs on GPU 5",
+        expert="reset GPUs 0-3, retry GPU 3 out of persistence mode; then stop: stopping the "
+        "GPU services or reloading the driver would reach GPU 5's job: find its owner first",
+        actions=(
+            "reset GPU 0",
+            "reset GPU 1",
+            "reset GPU 2",
+            "reset GPU 3",
+            "persistence off GPU 3",
+            "persistence on GPU 3",
+        ),
+        ideal_s=30,
+        lesson="a node-wide rung cannot be scoped past a holder nobody can attribute",
+        page="pitfalls/ours-and-broken.md#which-rung-the-fault-picks",
+        ends="stopped",
+        exit_code=6,
+        message="cannot tell who holds",
+        cannot_tell=(7001,),
+        thread="https://forums.developer.nvidia.com/t/memory-on-gpu-not-freed-after-the-program-is-killed/62311",
+    ),
+    Scenario(
+        "seed-launcher-alive",
+        "the seed: the launcher lives on with its port closed and its schedulers dead: it is "
+        "not starting, it is broken; end it and reset GPUs 0 and 2",
+        seed_launcher_alive,
+        wrong="SGLang's launcher (up 93 s) holds /dev/nvidia0 and never opened port 30000; "
+        "its eight schedulers were OOM-killed; GPUs 0 and 2 keep 96,413 MiB each",
+        expert="a launcher whose workers are all gone loads nothing: SIGTERM it; reset GPUs "
+        "0 and 2, whose memory no process holds",
+        actions=("SIGTERM 4101", "reset GPU 0", "reset GPU 2"),
+        ideal_s=50,
+        lesson="starting is not for ever: a closed port with no worker left is broken",
+        page="pitfalls/ours-and-broken.md#broken-before-destructive",
+        thread="https://github.com/vllm-project/vllm/issues/35547",
+    ),
+    Scenario(
+        "ray-cluster-beside",
+        "another team's Ray cluster trains on GPUs 4-7 of a flat node while our server "
+        "crashed on GPUs 0-3: Ray restarts its actors, so they are the cluster's owner's",
+        ray_cluster_beside,
+        wrong="orphaned memory on GPUs 0-3; four ray::RayTrainWorker actors under a raylet "
+        "hold GPUs 4-7, all in one cgroup",
+        expert="reset GPUs 0-3; leave the Ray actors and their GPUs alone (killing an actor "
+        "only makes Ray restart it); its owner stops the cluster with ray stop",
+        actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
+        ideal_s=40,
+        lesson="a supervisor owns what it restarts: Ray's actors, like systemd's units",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(7510, 7511, 7512, 7513),
+        thread="https://github.com/ray-project/ray/issues/54364",
+    ),
+    Scenario(
+        "nohup-job-beside-orphans",
+        "a vLLM server's workers outlived it under PID 1, and so did a job started with "
+        "nohup: parent PID 1 is not ours; the workers are, by their command line",
+        nohup_job_beside_orphans,
+        wrong="four VLLM::Worker_TPn processes hold GPUs 0-3, reparented to PID 1; carol's "
+        "nohup finetune.py holds GPU 6, its parent PID 1 too, in her login's cgroup",
+        expert="SIGTERM the four orphaned workers; leave carol's job and GPU 6 alone",
+        actions=_pids(6120, 6121, 6122, 6123),
+        ideal_s=15,
+        lesson="an orphan is ours by what it is, not by having PID 1 for a parent",
+        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        left_alone=(7301,),
+        thread="https://derrekito.github.io/posts/nohup-background-processes-automation/",
+    ),
+    Scenario(
+        "shared-kv-cache-server",
+        "our hung server shares a KV-cache server with another team's healthy one: stop ours, "
+        "leave the cache server and its other client alone",
+        shared_kv_cache_server,
+        wrong="the SGLang server on GPUs 0-3 never answers /health; an LMCache server "
+        "(lmcache.service) holds GPU 7 and 64 GiB for it and for dave's vLLM on GPUs 4-7",
+        expert="SIGTERM our launcher and its four schedulers; the cache server and dave's "
+        "vLLM serve on: never stop them for our fault",
+        actions=_pids(4101, 4120, 4121, 4122, 4123),
+        ideal_s=20,
+        lesson="a shared service is its owner's: a client's fault is the client's",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(7601, 7701),
+        thread="https://github.com/LMCache/LMCache/issues/651",
     ),
 )
 
