@@ -495,12 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="let a node-wide step run while processes that are not the subject's use the node",
     )
     _add_value_options(test)
-    completion = add(
+    # Not listed in 'runbook --help' (which fits a screen); docs/shell-completion.md tells it.
+    completion = commands.add_parser(
         "completion",
-        _later("cli.habits", "cmd_completion"),
-        "print the shell code that completes runbook's commands, runbooks and --set names",
-        'eval "$(runbook completion bash)"   # in ~/.bashrc; zsh: runbook completion zsh',
+        description="print the shell code that completes runbook's commands, runbook names\n"
+        "and the --set names of the runbook on the line (argcomplete)",
+        epilog='example:\n  eval "$(runbook completion bash)"   # ~/.bashrc; ~/.zshrc: zsh',
+        formatter_class=_CommandFormatter,
     )
+    completion.set_defaults(handler=_later("cli.habits", "cmd_completion"))
     completion.add_argument("shell", choices=habits.SHELLS, help="the shell: bash or zsh")
     return parser
 
