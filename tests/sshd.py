@@ -295,8 +295,8 @@ def start_test_host(extra_config: str = "", lock_dir: str | None = None) -> Test
         if name == "cat":  # the simulated container files only; the real cat for any other
             cases = "|".join(CONTAINER_FILES)
             wrapper.write_text(
-                f"#!/bin/sh\nfor a do case $a in {cases}) {standin_call};; esac; done\n"
-                'exec /bin/cat "$@"\n'
+                f"#!/bin/bash\nfor a do case $a in {cases}) {standin_call};; esac; done\n"
+                'exec -a cat /bin/cat "$@"\n'
             )
         else:
             wrapper.write_text(f"#!/bin/sh\n{standin_call}\n")

@@ -49,6 +49,7 @@ def test_a_key_file_is_not_taken_for_an_inventory(tmp_path):
     assert not looks_like_inventory(key.read_bytes())
     assert not looks_like_inventory(Path(f"{key}.pub").read_bytes())
     assert not looks_like_inventory(b"")
+    assert not looks_like_inventory(b"irrelevant\n")  # one bare word: a bad key file, not hosts
     assert not looks_like_inventory(b"\x00\x01binary\xff")
     assert not looks_like_inventory(b"name: my-runbook\ntitle: not an inventory\nsteps: []\n")
     assert looks_like_inventory(INI.encode())

@@ -47,7 +47,10 @@ def looks_like_inventory(head: bytes) -> bool:
         return True
     if first == "---" or _YAML_KEY.match(first):
         return any(_YAML_INVENTORY_KEY.match(line) for line in lines[1:])
-    return all(_INI_HOST.match(line.strip()) for line in lines)
+    # Bare host lines: at least two of them, or one with a host variable (a single word
+    # is as likely a damaged key file as a one-host inventory: the SSH layer names it).
+    hosts = all(_INI_HOST.match(line.strip()) for line in lines)
+    return hosts and (len(lines) > 1 or "=" in lines[0])
 
 
 def refuse_inventory_as_identity(args: argparse.Namespace, prog: str) -> None:
