@@ -358,3 +358,47 @@ def test_a_value_the_host_did_not_report_is_never_sent_as_the_word_none(gpu_host
     assert "pid was not reported" in out
     assert "kill -TERM None" not in out
     assert "kill -TERM 'None'" not in out
+
+
+# -- starting is not for ever ---------------------------------------------------------------
+
+
+def launcher_up(host, seconds: float, *flags: str) -> int:
+    """A live SGLang launcher, up ``seconds``, whose port never opened and whose workers are
+    gone (none left of its instance)."""
+    name = f"python3 -m sglang.launch_server --model-path /m --tp-size 8 --port {host.port}"
+    started = host.ssh(f"sim-server --name '{name}' {' '.join(flags)}")
+    assert started.returncode == 0, started.stderr
+    pid = int(started.stdout.split()[0])
+    state = host.state()
+    (process,) = [p for p in state.processes if p.pid == pid]
+    process.born = state.now - seconds
+    host.set_state(state)
+    host.clear_calls()
+    return pid
+
+
+def test_the_seeds_launcher_with_its_workers_gone_is_not_left_alone_as_starting(gpu_host, capsys):
+    """The seed's state: the launcher lives on (up 93 s, well within the startup grace),
+    its port closed, its schedulers OOM-killed; it holds GPU 0, a dead worker's memory stays
+    on GPU 2. It used to be 'starting', GPU 0 left to it: now it is broken (no worker
+    left), ended, and GPUs 0 and 2 are reset, with no --set of the grace."""
+    state = eight_gpu_server()
+    state.gpu(2).orphaned_mib = 96_410
+    gpu_host.set_state(state)
+    launcher = launcher_up(gpu_host, 93, "--orphan", "--gpu 0:96410")
+    code, out = run(capsys, gpu_host, RECOVERY, "--yes", *FAST)
+    assert ("TERM", launcher) in signals(gpu_host), out
+    assert [call[-1] for call in resets(gpu_host)] == ["0", "2"], out
+    assert code == ExitCode.OK, out
+    assert "none of its workers lives" in out
+
+
+def test_a_launcher_started_seconds_ago_is_left_to_load(gpu_host, capsys):
+    """Up 20 s, before a launcher has started its workers: starting, never signalled."""
+    gpu_host.set_state(eight_gpu_server())
+    launcher_up(gpu_host, 20, "--gpu 0:2000")
+    _code, out = run(capsys, gpu_host, RECOVERY, "--yes", *FAST)
+    assert signals(gpu_host) == [], out
+    assert resets(gpu_host) == [], out
+    assert "starting: up 20 s" in out

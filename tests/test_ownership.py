@@ -701,3 +701,50 @@ def test_a_subject_pattern_that_backtracks_matches_nothing_instead_of_hanging():
     slow = Subject(description="s", launcher="(a+)+$")
     assert not slow.launcher_matches("a" * 40 + "b")
     assert not Subject(description="s", launcher="(").launcher_matches("python3 (")
+
+
+def _loading(age: int, workers: bool, grace: float | None = None):
+    rows = [
+        (
+            4101,
+            1,
+            "root",
+            age,
+            "Sl",
+            "0::/",
+            "python3 -m sglang.launch_server --model-path m --tp-size 2",
+        )
+    ]
+    if workers:
+        rows.append((4120, 4101, "root", age, "Rl", "0::/", "sglang::scheduler_TP0"))
+    records = parse_owners(listing(rows, fuser_lines({4120: [0]} if workers else {}, {})))
+    subject = (
+        SUBJECT if grace is None else Subject(**{**SUBJECT.__dict__, "startup_grace_s": grace})
+    )
+    (probe,) = ownership.probes(subject, records)
+    refused = ownership.judge_probe(probe, 7, "", "curl: (7) Failed to connect")
+    return by_pid(ownership.classify(subject, records, [refused]))[4101]
+
+
+def test_starting_is_judged_on_evidence_and_bounded_by_the_grace():
+    # loading: its workers live, within the grace
+    assert _loading(600, workers=True).disposition == "leave"
+    assert "1 of its workers live" in _loading(600, workers=True).reason
+    # its workers gone, past the seconds a launcher takes to start them: broken, grace or not
+    gone = _loading(93, workers=False)
+    assert gone.disposition == "act"
+    assert "none of its workers lives" in gone.reason
+    assert _loading(20, workers=False).disposition == "leave"  # not started them yet
+    # past the grace, a closed port is broken whatever lives
+    late = _loading(1900, workers=True)
+    assert late.disposition == "act"
+    assert "past the startup grace of 1800 s" in late.reason
+    assert _loading(1900, workers=True, grace=7200).disposition == "leave"
+
+
+def test_the_recovery_runbook_takes_its_startup_grace_from_a_parameter():
+    runbook = load(Path(REPO / "runbooks" / "gpu-oom-recovery.yaml"))
+    params = {name: p.default for name, p in runbook.parameters.items()}
+    assert runbook.subject.with_parameters(params).startup_grace_s == 1800
+    params["startup_grace_s"] = 600
+    assert runbook.subject.with_parameters(params).startup_grace_s == 600
