@@ -196,7 +196,7 @@ def test_a_failing_check_drains_and_a_passing_one_resumes_only_its_own_drain(clu
         lambda: f"a drain: {cluster.node()}",
     )
     assert node["Reason"].startswith(
-        "runbook: gpu-node-health: no-xid-since-boot: Xid 79 on 0000:48:00 (RESTART_BM"
+        "runbook: gpu-node-health: gpus-answer: GPU 3 (unknown-error)"  # that GPU, by name
     ), node
     assert "\n" not in node["Reason"]
     assert len(node["Reason"]) <= 230

@@ -15,6 +15,9 @@ from runbook_runner.simhost.scenarios import MATRIX
 
 SCHEMA = Path(__file__).parent.parent / "runbook_runner" / "schema" / "plan.schema.json"
 EXECUTED = {"ok", "failed", "timed_out", "unknown"}
+# Rows whose host refuses an action for a reason no look at it shows: a plan made from one
+# look predicts that the action works, so only its first actions are compared, not its end.
+UNFORESEEN = {"flat-cgroups-reset-refused": "the driver refuses every reset of GPU 3"}
 
 
 def drill(capsys, scenario, *extra, as_played=True):
@@ -38,7 +41,11 @@ def test_the_dry_run_says_what_the_run_then_does(capsys, scenario):
     validate(plan)
     assert planned_code == plan["exit_code"]
     code, run, _ = drill(capsys, scenario, "--yes")
-    assert planned_code == code, (plan["ending"], [(s["id"], s["status"]) for s in run["steps"]])
+    if scenario.name not in UNFORESEEN:
+        assert planned_code == code, (
+            plan["ending"],
+            [(s["id"], s["status"]) for s in run["steps"]],
+        )
     first = [a for a in plan["actions"] if a["timing"] == "first"]
     executed = [s for s in run["steps"] if s["status"] in EXECUTED | {"declined"}]
     assert [a["step"] for a in first] == [s["id"] for s in executed[: len(first)]], (
