@@ -12,30 +12,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from runbook_runner.simhost import standin
 from runbook_runner.simhost.model import SimHost
 
 REPO = Path(__file__).resolve().parent.parent
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: Callable[[], str] | str) -> T:
-    """Poll ``condition`` every 0.2 s until it is truthy; past ``timeout``, fail saying what
-    was still wrong."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            said = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {said}")
-        time.sleep(0.2)
 
 
 def missing(*programs: str) -> str | None:

@@ -34,15 +34,17 @@ TEST_USER = "rbr-test"
 STANDINS = sorted({*standin.HANDLERS, "sudo"})
 
 
-def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
-    """Poll ``condition`` until it is truthy or ``timeout`` passes."""
+def wait_for(condition, timeout: float, what, interval: float = 0.02):
+    """Poll ``condition`` until it is truthy or ``timeout`` passes; then fail saying ``what``
+    was awaited (a string, or a callable asked only then, e.g. for a log)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said}")
         time.sleep(interval)
 
 

@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from engines import REPO, daemons, missing, standin_env, wait_for
+from engines import REPO, daemons, missing, standin_env
+from sshd import wait_for
 
 from runbook_runner.fleet import prometheus
 from runbook_runner.simhost.hosts import xid_79

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engines import REPO, daemons, missing, set_host, standin_env, wait_for
+from engines import REPO, daemons, missing, set_host, standin_env
+from sshd import wait_for
 
 from runbook_runner.simhost.hosts import xid_79
 from runbook_runner.simhost.model import eight_gpu_server

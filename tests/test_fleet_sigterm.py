@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sshd import wait_for
 
 from runbook_runner.exitcodes import ExitCode
 
@@ -51,14 +52,6 @@ class Silent:
         self.sock.close()
         for conn in self.held:
             conn.close()
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["threads", "processes"])
