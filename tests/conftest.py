@@ -120,3 +120,16 @@ def connect(gpu_host):
     yield open_transport
     for transport in opened:
         transport.close()
+
+
+@pytest.fixture
+def crashed(gpu_host):
+    """The incident after the server was killed: GPUs 0 and 2 still hold memory."""
+    from test_run_ssh import crash
+    from test_runbooks_ssh import settle
+
+    crash(gpu_host)
+    gpu_host.ssh("pkill -KILL -f sglang")
+    settle(gpu_host)
+    gpu_host.clear_calls()
+    return gpu_host

@@ -66,19 +66,6 @@ def test_the_dry_run_says_what_the_run_then_does(capsys, scenario):
 # -- saved plans, over real SSH ---------------------------------------------------------
 
 
-@pytest.fixture
-def crashed(gpu_host):
-    """The incident after the server was killed: GPUs 0 and 2 still hold memory."""
-    from test_run_ssh import crash
-    from test_runbooks_ssh import settle
-
-    crash(gpu_host)
-    gpu_host.ssh("pkill -KILL -f sglang")
-    settle(gpu_host)
-    gpu_host.clear_calls()
-    return gpu_host
-
-
 def make_plan(capsys, host, path, *extra):
     from test_runbooks_ssh import RECOVERY, SHORT_WAITS, run
 

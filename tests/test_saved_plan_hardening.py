@@ -215,19 +215,6 @@ def test_an_approved_sha256_that_is_not_the_plans_is_refused(capsys, tmp_path, g
 # -- over real SSH ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def crashed(gpu_host):
-    """The incident after the server was killed: GPUs 0 and 2 still hold memory."""
-    from test_run_ssh import crash
-    from test_runbooks_ssh import settle
-
-    crash(gpu_host)
-    gpu_host.ssh("pkill -KILL -f sglang")
-    settle(gpu_host)
-    gpu_host.clear_calls()
-    return gpu_host
-
-
 def make_plan(capsys, host, path, *extra):
     from test_plan import make_plan as made
 
