@@ -157,48 +157,65 @@ def test_a_slow_command_on_a_live_connection_still_times_out(connect):
 
 
 def test_run_stalled_at_the_lock_exits_3_naming_the_phase(gpu_host, tmp_path, capsys, monkeypatch):
-    """The CLI end to end: the relay stops while the host takes the lock (held there on a
-    FIFO until the relay is stopped); exit 3 and one line, not exit 5 after 117 s."""
+    """The CLI end to end: the relay stops while the host takes the lock; exit 3 and one
+    line, not exit 5 after 117 s.
+
+    The lock's ``owner`` file is a FIFO here. The host's lock script reads it once it holds
+    the lock and before it says so, and that read waits for a writer, this test: the script
+    waits at that one point, however busy the machine, until the relay is stopped, and then
+    answers into the stalled relay. (The FIFO this test once used was opened twice by the
+    script; on a busy machine the second open passed while the test still held the first, the
+    lock was taken over a live relay, and the run ended in exit 5 after reconnecting.)"""
     monkeypatch.setattr(hostlock, "LOCK_TAKE_S", 2)
     folder = gpu_host.root / "sim" / LOCK_NAME
     folder.mkdir(exist_ok=True)  # an earlier run on this test host may have left it (released)
     for leftover in folder.iterdir():
         leftover.unlink()
-    alive = folder / "alive"
-    os.mkfifo(alive)
+    owner = folder / "owner"
+    os.mkfifo(owner)
     os.chmod(folder, 0o777)  # noqa: S103  # the host's login user writes the lock there
-    os.chmod(alive, 0o666)  # noqa: S103
+    os.chmod(owner, 0o666)  # noqa: S103
     # The CLI connects with the config's ConnectTimeout, which is also its stall bound here:
-    # 5 s, as a user's. (With 30 s, the run gives up on the stalled connection, reconnects
-    # and finds its own first lock: exit 5, "taken while this run was reconnecting".)
+    # 5 s, as a user's.
     config = _config(gpu_host, tmp_path, connect_timeout=5)
     stopped: list[int] = []
-    readers: list[int] = []
+    ended = threading.Event()
 
-    def stop_the_relay_when_the_lock_is_being_taken() -> None:
-        # Opening a FIFO to read waits for its writer: the host's lock script, right now
-        # (its first open, which checks that the file can be written).
-        os.close(os.open(alive, os.O_RDONLY))
+    def stop_the_relay_while_the_lock_is_taken_but_unsaid() -> None:
+        # Opening a FIFO to write waits for a reader: the script's `cat owner`, which it runs
+        # once it holds the flock and before it prints that it does.
+        writer = os.open(owner, os.O_WRONLY)
+        if ended.is_set():  # the run ended elsewhere; the finally below opened it
+            os.close(writer)
+            return
         for pid in _relays(gpu_host.port):
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
-        # Its next open (the one it locks) waits for a reader again: only now, with the
-        # relay stopped, does the script go on, and it answers into the stalled relay.
-        readers.append(os.open(alive, os.O_RDONLY))
+        os.close(writer)  # the script reads no earlier owner and goes on
+        # It writes its own owner into the FIFO next: read that, so its write ends too.
+        reader = os.open(owner, os.O_RDONLY)
+        while os.read(reader, 4096):
+            pass
+        os.close(reader)
 
-    watcher = threading.Thread(target=stop_the_relay_when_the_lock_is_being_taken, daemon=True)
+    watcher = threading.Thread(
+        target=stop_the_relay_while_the_lock_is_taken_but_unsaid, daemon=True
+    )
     watcher.start()
     try:
         code = main(["run", MINI, "--host", "gpu", "-F", str(config), "--yes"])
         _, err = capsys.readouterr()
     finally:
+        ended.set()
         for pid in stopped:
             os.kill(pid, signal.SIGKILL)
-        if watcher.is_alive():  # never reached the lock: let the reader's open return
-            os.close(os.open(alive, os.O_WRONLY | os.O_NONBLOCK))
+        if watcher.is_alive():  # waiting in an open of the FIFO: the other end lets it return
+            for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+                try:
+                    os.close(os.open(owner, flags))
+                except OSError:  # no reader waits (ENXIO)
+                    pass
         watcher.join(5)
-        for reader in readers:
-            os.close(reader)
         for leftover in folder.iterdir():
             leftover.unlink()
         folder.rmdir()
