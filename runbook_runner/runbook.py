@@ -20,6 +20,7 @@ from typing import Any
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format import expr, schema, yamlsource
+from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Problem
@@ -165,6 +166,7 @@ class Step:
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
     fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
+    ladder: str = ""  # the ladder the file groups it under ('ladder: gpu'); '' outside one
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -393,7 +395,7 @@ def _build(data: dict[str, Any]) -> Runbook:
     observations = {
         name: Observation(
             name=name,
-            command=Template(spec["command"]) if "command" in spec else None,
+            command=Template.of(spec["command"]) if "command" in spec else None,
             text=Template(spec["text"]) if "text" in spec else None,
             parser=spec["parser"],
             description=spec.get("description", ""),
@@ -425,7 +427,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             id=spec["id"],
             title=spec["title"],
             why=spec.get("why", ""),
-            run=Template(spec["run"]) if "run" in spec else None,
+            run=Template.of(spec["run"]) if "run" in spec else None,
             destructive=spec.get("destructive", False),
             affects=spec.get("affects"),
             root=spec.get("root", False),
@@ -446,8 +448,10 @@ def _build(data: dict[str, Any]) -> Runbook:
             reboots=spec.get("reboots", False),
             fixes=expand(_checks_ref(spec.get("fixes"))),
             when=_expression(spec.get("when")),
+            ladder=entry.ladder,
         )
-        for spec in data.get("steps") or ()
+        for entry in step_specs(data)
+        for spec in (entry.spec,)
     )
     return Runbook(
         name=data["name"],
