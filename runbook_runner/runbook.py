@@ -323,7 +323,11 @@ def load(path: Path) -> Runbook:
     return loads(raw, filename, stem=path.stem)
 
 
-def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
+def loads(
+    raw: bytes, filename: str, stem: str | None = None, *, string_placeholders: bool = False
+) -> Runbook:
+    """:func:`load` of bytes. ``string_placeholders``: a runbook written before the list
+    form (for ``runbook compare`` on the simulated hosts only; see check_meaning)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -337,7 +341,7 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
         raise RunbookInvalid(filename, problems)
     digest = hashlib.sha256(raw).hexdigest()
     problems = schema.validate_once(source, digest)
-    problems += check_meaning(source, stem)
+    problems += check_meaning(source, stem, string_placeholders=string_placeholders)
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)

@@ -88,4 +88,3 @@ def ladders(data: Any) -> list[tuple[str, list[str]]]:
 
 def find(data: Any, step_id: str) -> StepSpec | None:
     return next((s for s in step_specs(data) if s.spec.get("id") == step_id), None)
-

@@ -12,11 +12,11 @@ from typing import Any
 
 from runbook_runner.format import expr
 from runbook_runner.format.exprtypes import ExpressionTypes
+from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.suggest import suggest as _suggest
 from runbook_runner.format.yamlsource import Mark, Path, Problem, Source
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import field_names, has_field
-from runbook_runner.format.ladders import step_specs
 
 
 def mapping(value: Any) -> dict[str, Any]:

@@ -30,12 +30,21 @@ from runbook_runner.observe.state import field_names, has_field
 __all__ = ["blast_radius_warnings", "check_meaning", "value_problem"]
 
 
-def check_meaning(source: Source, stem: str | None) -> list[Problem]:
-    return _Semantics(source, stem).run()
+def check_meaning(
+    source: Source, stem: str | None, *, string_placeholders: bool = False
+) -> list[Problem]:
+    """Every problem of meaning. ``string_placeholders`` lets a command string hold
+    placeholders, as runbooks written before the list form did: only for ``runbook
+    compare``, which runs an old runbook on the simulated hosts, never on a real one."""
+    semantics = _Semantics(source, stem)
+    semantics.string_placeholders = string_placeholders
+    return semantics.run()
 
 
 class _Semantics(CheckMeaning):
     """The whole document's meaning: :meth:`run` checks every part in turn."""
+
+    string_placeholders = False
 
     def run(self) -> list[Problem]:
         name = self.data.get("name")
@@ -44,7 +53,9 @@ class _Semantics(CheckMeaning):
         self.parameter_defaults()
         for obs_name, spec in self.observations.items():
             for key in ("command", "text"):
-                if isinstance(spec.get(key), str) or (key == "command" and isinstance(spec.get(key), list)):
+                if isinstance(spec.get(key), str) or (
+                    key == "command" and isinstance(spec.get(key), list)
+                ):
                     self.template(
                         ("observations", obs_name, key),
                         spec[key],
@@ -239,7 +250,7 @@ class _Semantics(CheckMeaning):
             self.option_defaults(path, template)
         else:
             template = Template(value)
-            if shell and template.placeholders:
+            if shell and template.placeholders and not self.string_placeholders:
                 first = template.placeholders[0]
                 self.error(
                     path,

@@ -107,7 +107,9 @@ class Template:
     @property
     def placeholders(self) -> tuple[Placeholder, ...]:
         if self.words is None:
-            return tuple(Placeholder(m["name"], m.start()) for m in PLACEHOLDER.finditer(self.source))
+            return tuple(
+                Placeholder(m["name"], m.start()) for m in PLACEHOLDER.finditer(self.source)
+            )
         return tuple(
             Placeholder(m["name"], m.start(), i)
             for i, word in enumerate(self.words)
@@ -249,9 +251,7 @@ def list_form_of(source: str) -> str:
     try:
         lexer = shlex.shlex(marked, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
-        tokens = [
-            re.sub(r"PLACEHOLDER(\d+)X", lambda m: found[int(m[1])], t) for t in lexer
-        ]
+        tokens = [re.sub(r"PLACEHOLDER(\d+)X", lambda m: found[int(m[1])], t) for t in lexer]
     except ValueError:
         tokens = []
     if tokens and not any(t and set(t) <= set("();<>|&") for t in tokens):
