@@ -147,7 +147,9 @@ class _Semantics(CheckMeaning):
         for entry in self.step_specs:
             spec, path, at = entry.spec, entry.path, entry.at
             for key in entry.twice:
-                self.error(at(key), f"'{key}' is given twice: in 'runs' and beside it; say it once")
+                self.error(
+                    (*path, key), f"'{key}' is given twice: in 'runs' and beside it; say it once"
+                )
             step_id = spec.get("id")
             if isinstance(step_id, str):
                 if step_id in seen:
@@ -192,7 +194,8 @@ class _Semantics(CheckMeaning):
                     )
             item_type = self.for_each(at("for_each_failing"), spec.get("for_each_failing"))
             if isinstance(spec.get("run"), str | list):
-                self.template((*path, "run"), spec["run"], item_type)
+                named = "for_each_failing" in spec  # an unknown check is reported once, there
+                self.template((*path, "run"), spec["run"], item_type, items_named=named)
 
     def seconds(self, path: Path, value: Any) -> None:
         """A duration given as an expression may read parameters only (it is known before the run)."""
@@ -236,7 +239,13 @@ class _Semantics(CheckMeaning):
         return PARSERS[spec["parser"]].record_type if spec else None
 
     def template(
-        self, path: Path, value: str | list[Any], item_type: type | None, *, shell: bool = True
+        self,
+        path: Path,
+        value: str | list[Any],
+        item_type: type | None,
+        *,
+        shell: bool = True,
+        items_named: bool = False,
     ) -> None:
         """A command (``shell``) or a text parsed here: its placeholders name parameters or
         item fields; a command string holds none (the list form carries values)."""
@@ -270,6 +279,8 @@ class _Semantics(CheckMeaning):
             where = path if placeholder.word is None else (*path, placeholder.word)
             if name.startswith("item."):
                 field = name[5:]
+                if item_type is None and items_named:
+                    continue
                 if item_type is None:
                     self.error(
                         where, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset

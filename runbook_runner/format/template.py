@@ -19,6 +19,7 @@ when it is given (:meth:`Template.option_placeholders`).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -268,11 +269,11 @@ def list_form_of(source: str) -> str:
 def _yaml_word(token: str) -> str:
     if PLACEHOLDER.search(token):
         return f'"{token}"'
-    if not re.fullmatch(r"[A-Za-z0-9_./=:%+-]+", token):
-        if "'" not in token:
-            return f"'{token}'"
-        return '"' + token.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return token
+    if re.fullmatch(r"[A-Za-z0-9_./=:%+-]+", token):
+        return token
+    if "'" not in token and "\n" not in token:
+        return f"'{token}'"
+    return json.dumps(token)  # a YAML double-quoted string, on one line
 
 
 _EXPRESSION = re.compile(r"\{\{(?P<source>.*?)\}\}", re.S)
