@@ -164,8 +164,8 @@ def test_a_value_that_would_be_an_option_is_refused_when_sent(value):
     # shown (masked, never sent) it is still rendered, quoted
     assert template.render(lambda name: value, mask=lambda name: False).startswith("rm -f ")
     # after '--', or glued behind a literal, it is an operand: sent
-    assert _list_form(["rm", "-f", "--", "{{ v }}"]).render(lambda name: value).endswith(
-        quote(value)
+    assert (
+        _list_form(["rm", "-f", "--", "{{ v }}"]).render(lambda name: value).endswith(quote(value))
     )
     assert _list_form(["rm", "./{{ v }}"]).render(lambda name: value) == f"rm {quote('./' + value)}"
 
@@ -241,7 +241,7 @@ def test_the_refusal_says_the_list_form_to_write():
         _load("kill -TERM {{ v }}")
     assert raised.value.lines == [
         "t.yaml:14:21: steps[0].run: a placeholder in a command string: its value would be "
-        'read by the shell; write the command as a list of words, one value a word: '
+        "read by the shell; write the command as a list of words, one value a word: "
         '[kill, -TERM, "{{ v }}"]'
     ]
     with pytest.raises(RunbookInvalid) as raised:
@@ -277,7 +277,7 @@ def test_a_list_form_whose_value_could_be_a_command_is_refused(run, message):
     "run",
     [
         '[mktemp, -p, "{{ v }}"]',  # refused by the allow-list of the string form's days
-        '[sh, -c, ''printf "%s" "$1"'', sh, "{{ v }}"]',
+        '[sh, -c, printf "%s" "$1", sh, "{{ v }}"]',
         '[systemctl, stop, --, "{{ v }}.service"]',
         '[kill, -TERM, "{{ v }}"]',
     ],
@@ -289,9 +289,7 @@ def test_harmless_list_forms_load(run):
 def test_a_default_that_would_be_an_option_is_refused_at_load_time():
     with pytest.raises(RunbookInvalid) as raised:
         _load('[rm, -f, "{{ v }}"]', default="'-rf'")
-    assert "the default of 'v' ('-rf') begins with '-' where rm reads options" in str(
-        raised.value
-    )
+    assert "the default of 'v' ('-rf') begins with '-' where rm reads options" in str(raised.value)
     _load('[rm, -f, --, "{{ v }}"]', default="'-rf'")
 
 
@@ -314,4 +312,3 @@ def test_the_shipped_runbooks_put_every_value_in_the_list_form():
         templates += [s.run for s in runbook.steps if s.run]
         for template in templates:
             assert template.is_list or not template.placeholders, (path.name, template.source)
-

@@ -185,7 +185,9 @@ def test_a_ladder_loads_as_flat_steps_with_a_ladders_defaults():
     )
     assert (reset.for_each_failing, reset.fixes, reset.skip_if) == ("held", ("held",), ("held",))
     assert (last.on_failure, last.fixes) == ("stop", ("held",))
-    assert reset.run is not None and reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
+    assert (
+        reset.run is not None and reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
+    )
 
 
 def test_an_error_in_a_rung_names_the_rung_and_its_line():
@@ -232,7 +234,12 @@ def test_the_recovery_runbook_reads_as_its_ladders():
         "put-back",
         "",
     ]
-    assert groups[2][1] == ["stop-crash-looping-unit", "stop-server-unit", "stop-server", "kill-server"]
+    assert groups[2][1] == [
+        "stop-crash-looping-unit",
+        "stop-server-unit",
+        "stop-server",
+        "kill-server",
+    ]
     assert groups[-1][1] == ["reboot"]
     reboots = [s for s in runbook.steps if s.reboots]
     assert all(s.on_failure == "stop" for s in reboots)  # a reboot that failed ends the run

@@ -109,8 +109,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                         f"{line[2:]}"
                     )
         if before.sent != after.sent:
-            note = "same calls on the host" if before.host == after.host else "see host:"
-            print(f"    commands written differently ({note}):")
+            same_calls = before.host == after.host
+            print(
+                "    commands written differently (the same changes on the host):"
+                if same_calls
+                else "    commands sent:"
+            )
             for line in difflib.ndiff(list(before.sent), list(after.sent)):
                 if line[:1] in ("-", "+"):
                     print(f"      {'old' if line[0] == '-' else 'new'} {line[2:]}")
@@ -227,7 +231,8 @@ def _played(outcome: Any, confirmer: Any, took: float, host: list[str]) -> Playe
         assert report is not None
         code = outcomes.run_code(report, dry_run=False, reboot_blocked=confirmer.reboot_blocked)
         if report.ok:
-            ending = [f"exit {int(code)}: the goal holds, reached by {report.reached_by}"]
+            by = f"reached by {report.reached_by}" if report.reached_by else "from the start"
+            ending = [f"exit {int(code)}: the goal holds, {by}"]
         else:
             failing = ", ".join(r.name for r in report.failing) or "none failing"
             ending = [f"exit {int(code)}: the goal does not hold ({failing})"]
