@@ -120,17 +120,17 @@ def test_a_value_arrives_as_one_word_through_a_real_shell(folder, shell, payload
         max_size=5,
     ),
     value=VALUES,
-    shell=st.sampled_from(SHELLS),
+    program=st.sampled_from(SHELLS),
 )
-@example(words=["{{ v }}"], value="x\n$(touch canary)", shell="sh")
-@example(words=["-{{ v }}", "'", '"'], value="`touch canary`", shell="sh")
-def test_any_list_of_words_arrives_word_for_word(folder, words, value, shell):
+@example(words=["{{ v }}"], value="x\n$(touch canary)", program="sh")
+@example(words=["-{{ v }}", "'", '"'], value="`touch canary`", program="sh")
+def test_any_list_of_words_arrives_word_for_word(folder, words, value, program):
     """The property, over any words and any value: what the shell passes to printf is the
     list's words with the value in them, one argument each, byte-exact."""
     template = _list_form(["printf", "--", "%s\\0", *words, "end"])
     line = template.render(lambda name: value)
     expected = [_bytes(PLACEHOLDER.sub(lambda m: value, w)) for w in words] + [b"end"]
-    assert _words(_sh(line, folder, shell)) == expected
+    assert _words(_sh(line, folder, program)) == expected
     _no_canary(folder)
 
 

@@ -185,9 +185,8 @@ def test_a_ladder_loads_as_flat_steps_with_a_ladders_defaults():
     )
     assert (reset.for_each_failing, reset.fixes, reset.skip_if) == ("held", ("held",), ("held",))
     assert (last.on_failure, last.fixes) == ("stop", ("held",))
-    assert (
-        reset.run is not None and reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
-    )
+    assert reset.run is not None
+    assert reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
 
 
 def test_an_error_in_a_rung_names_the_rung_and_its_line():
