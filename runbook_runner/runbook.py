@@ -21,6 +21,7 @@ from typing import Any
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format import expr, schema, yamlsource
+from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Problem
@@ -166,6 +167,7 @@ class Step:
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
     fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
+    ladder: str = ""  # the ladder the file groups it under ('ladder: gpu'); '' outside one
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -333,7 +335,11 @@ def load(path: Path) -> Runbook:
     return loads(raw, filename, stem=path.stem)
 
 
-def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
+def loads(
+    raw: bytes, filename: str, stem: str | None = None, *, string_placeholders: bool = False
+) -> Runbook:
+    """:func:`load` of bytes. ``string_placeholders``: a runbook written before the list
+    form (for ``runbook compare`` on the simulated hosts only; see check_meaning)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -347,7 +353,7 @@ def loads(raw: bytes, filename: str, stem: str | None = None) -> Runbook:
         raise RunbookInvalid(filename, problems)
     digest = hashlib.sha256(raw).hexdigest()
     problems = schema.validate_once(source, digest)
-    problems += check_meaning(source, stem)
+    problems += check_meaning(source, stem, string_placeholders=string_placeholders)
     if problems:
         raise RunbookInvalid(filename, problems)
     runbook = _build(source.data)
@@ -405,7 +411,7 @@ def _build(data: dict[str, Any]) -> Runbook:
     observations = {
         name: Observation(
             name=name,
-            command=Template(spec["command"]) if "command" in spec else None,
+            command=Template.of(spec["command"]) if "command" in spec else None,
             text=Template(spec["text"]) if "text" in spec else None,
             parser=spec["parser"],
             description=spec.get("description", ""),
@@ -437,7 +443,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             id=spec["id"],
             title=spec["title"],
             why=spec.get("why", ""),
-            run=Template(spec["run"]) if "run" in spec else None,
+            run=Template.of(spec["run"]) if "run" in spec else None,
             destructive=spec.get("destructive", False),
             affects=spec.get("affects"),
             root=spec.get("root", False),
@@ -458,8 +464,10 @@ def _build(data: dict[str, Any]) -> Runbook:
             reboots=spec.get("reboots", False),
             fixes=expand(_checks_ref(spec.get("fixes"))),
             when=_expression(spec.get("when")),
+            ladder=entry.ladder,
         )
-        for spec in data.get("steps") or ()
+        for entry in step_specs(data)
+        for spec in (entry.spec,)
     )
     return Runbook(
         name=data["name"],

@@ -101,3 +101,89 @@ def test_a_nul_byte_is_an_error_with_its_position():
     with pytest.raises(RunbookInvalid) as raised:
         loads(b"name: x\ntitle: a\x00b\n", "x.yaml", stem="x")
     assert raised.value.lines == ["x.yaml:2:9: character U+0000 is not allowed in YAML"]
+
+
+# -- ladders: a grouping of the file, never of the run -------------------------------------
+
+LADDER_HEAD = """\
+name: x
+title: t
+summary: s
+observations:
+  gpus: {command: nvidia-smi -q, parser: gpus-detail}
+checks:
+  held: {description: d, every: gpus, expect: memory_used_mib <= 10}
+  other: {description: d, expect: '1 == 1'}
+goal: [held]
+steps:
+"""
+
+
+@st.composite
+def ladder_runbook(draw):
+    """Steps with random keys, written flat and grouped into random ladders (with random
+    ladder defaults and a random share of 'runs' blocks): (flat text, ladder text)."""
+    count = draw(st.integers(1, 7))
+    steps = []
+    for i in range(count):
+        step = {"id": f"s{i}", "title": f"S{i}", "run": '[nvidia-smi, -r, -i, "{{ item.index }}"]'}
+        step["for_each_failing"] = "held"
+        if draw(st.booleans()):
+            step["fixes"] = draw(st.sampled_from(["[held]", "goal", "[held, other]"]))
+        if draw(st.booleans()):
+            step["skip_if"] = draw(st.sampled_from(["goal", "[other]"]))
+        if draw(st.booleans()):
+            step["on_failure"] = draw(st.sampled_from(["stop", "continue"]))
+        if draw(st.booleans()):
+            step["root"] = draw(st.sampled_from(["true", "false"]))
+        steps.append(step)
+    cuts = sorted(draw(st.sets(st.integers(1, count), max_size=3)) | {count})
+    flat, grouped, start = [], [], 0
+    for number, cut in enumerate(cuts):
+        group = steps[start:cut]
+        start = cut
+        in_ladder = draw(st.booleans())
+        root = draw(st.sampled_from([None, "true", "false"])) if in_ladder else None
+        stop = draw(st.booleans()) if in_ladder else False
+        first, indent = ("      - ", "        ") if in_ladder else ("  - ", "    ")
+        if in_ladder:
+            grouped.append(f"  - ladder: l{number}")
+            if root is not None:
+                grouped.append(f"    root: {root}")
+            if stop:
+                grouped.append("    on_failure: stop")
+            grouped.append("    rungs:")
+        for step in group:
+            effective = dict(step)
+            if in_ladder:
+                effective.setdefault("on_failure", "stop" if stop else "continue")
+                if root is not None:
+                    effective.setdefault("root", root)
+            flat.append("  - " + "\n    ".join(f"{k}: {v}" for k, v in effective.items()))
+            when = {k: step[k] for k in ("for_each_failing", "fixes", "skip_if") if k in step}
+            rest = {k: v for k, v in step.items() if k not in when}
+            lines = [f"{k}: {v}" for k, v in rest.items()]
+            if draw(st.booleans()):
+                lines.append("runs: {" + ", ".join(f"{k}: {v}" for k, v in when.items()) + "}")
+            else:
+                lines += [f"{k}: {v}" for k, v in when.items()]
+            grouped.append(first + f"\n{indent}".join(lines))
+    return LADDER_HEAD + "\n".join(flat) + "\n", LADDER_HEAD + "\n".join(grouped) + "\n"
+
+
+def _without_ladders(runbook):
+    from dataclasses import replace
+
+    return tuple(replace(step, ladder="") for step in runbook.steps)
+
+
+@settings(max_examples=80, deadline=4000, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=ladder_runbook())
+def test_ladders_and_runs_blocks_load_into_the_flat_steps_they_group(pair):
+    """Whatever the grouping, the engine reads the same flat, ordered steps: same ids, same
+    attributes; a rung's on_failure is its ladder's unless it says otherwise."""
+    flat_text, grouped_text = pair
+    flat = loads(flat_text.encode(), "x.yaml", stem="x")
+    grouped = loads(grouped_text.encode(), "x.yaml", stem="x")
+    assert _without_ladders(grouped) == flat.steps
+    assert [s.id for s in grouped.steps] == [f"s{i}" for i in range(len(flat.steps))]

@@ -137,3 +137,108 @@ def test_every_bad_parameter_is_reported_at_once():
     with pytest.raises(ParameterError) as raised:
         resolve_parameters(_health(), ["idle_mib=x", "nope=1"])
     assert len(raised.value.lines) == 2
+
+
+LADDERS = """\
+name: x
+title: t
+summary: s
+observations:
+  gpus: {command: nvidia-smi -q, parser: gpus-detail}
+checks:
+  held: {description: d, every: gpus, expect: memory_used_mib <= 10}
+goal: [held]
+steps:
+  - id: look
+    title: Look
+    run: nvidia-smi
+  - ladder: gpu
+    root: true
+    destructive: true
+    rungs:
+      - id: reset
+        title: Reset
+        run: [nvidia-smi, --gpu-reset, -i, "{{ item.index }}"]
+        affects: gpu
+        runs: {for_each_failing: held, fixes: [held], skip_if: goal}
+      - id: last
+        title: Last
+        run: reboot
+        affects: node
+        runs: {fixes: goal}
+        on_failure: stop
+"""
+
+
+def test_a_ladder_loads_as_flat_steps_with_a_ladders_defaults():
+    from runbook_runner.runbook import loads
+
+    runbook = loads(LADDERS.encode(), "x.yaml", stem="x")
+    look, reset, last = runbook.steps
+    assert [s.id for s in runbook.steps] == ["look", "reset", "last"]
+    assert (look.ladder, look.on_failure, look.root) == ("", "stop", False)
+    assert (reset.ladder, reset.on_failure, reset.root, reset.destructive) == (
+        "gpu",
+        "continue",
+        True,
+        True,
+    )
+    assert (reset.for_each_failing, reset.fixes, reset.skip_if) == ("held", ("held",), ("held",))
+    assert (last.on_failure, last.fixes) == ("stop", ("held",))
+    assert reset.run is not None
+    assert reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
+
+
+def test_an_error_in_a_rung_names_the_rung_and_its_line():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    broken = LADDERS.replace("runs: {for_each_failing: held,", "runs: {for_each_failing: hold,")
+    broken = broken.replace("      - id: last\n", "      - id: last\n        fixes: goal\n")
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(broken.encode(), "x.yaml", stem="x")
+    assert raised.value.lines == [
+        "x.yaml:21:34: steps[1].rungs[0].runs.for_each_failing: unknown check 'hold'; "
+        "did you mean 'held'?",
+        "x.yaml:23:16: steps[1].rungs[1].fixes: 'fixes' is given twice: in 'runs' and beside "
+        "it; say it once",
+    ]
+
+
+def test_a_ladder_with_an_unknown_key_is_refused_by_name():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(LADDERS.replace("    root: true\n", "    rot: true\n").encode(), "x.yaml", stem="x")
+    assert raised.value.lines == [
+        "x.yaml:14:5: steps[1].rot: unknown key 'rot'; did you mean 'root'?"
+    ]
+
+
+def test_the_recovery_runbook_reads_as_its_ladders():
+    """The grouping of the shipped recovery runbook, as its summary tells it."""
+    runbook = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")
+    groups: list[tuple[str, list[str]]] = []
+    for step in runbook.steps:
+        if groups and groups[-1][0] == step.ladder:
+            groups[-1][1].append(step.id)
+        else:
+            groups.append((step.ladder, [step.id]))
+    assert [name for name, _ in groups] == [
+        "look",
+        "short-cuts",
+        "gpu",
+        "host-memory",
+        "short-cuts",
+        "gpu",
+        "put-back",
+        "",
+    ]
+    assert groups[2][1] == [
+        "stop-crash-looping-unit",
+        "stop-server-unit",
+        "stop-server",
+        "kill-server",
+    ]
+    assert groups[-1][1] == ["reboot"]
+    reboots = [s for s in runbook.steps if s.reboots]
+    assert all(s.on_failure == "stop" for s in reboots)  # a reboot that failed ends the run

@@ -461,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     from runbook_runner.cli import sim
 
     sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES)
+    from runbook_runner.cli import compare
+
+    compare.add_parser(add, _later("cli.compare", "cmd_compare"), SCENARIO_NAMES)
     new = add(
         "new",
         _later("cli.runbooks", "cmd_new"),

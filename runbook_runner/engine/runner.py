@@ -28,6 +28,7 @@ from runbook_runner.expect import (
     all_ok,
     evaluate_check,
 )
+from runbook_runner.format.template import ValueRefused
 from runbook_runner.journal.resume import ResumePlan
 from runbook_runner.plan import decide, identity, saved
 from runbook_runner.runbook import Runbook, Step
@@ -228,6 +229,10 @@ class Runner(Waits):
                 skipped_because_holds=trigger.skipped_because_holds,
             )
         items: list[Any] = list(trigger) or [None]
+        try:  # a value that would be an option of the command: the step fails, unsent
+            _ = [self.render(step.run, item) for item in items if step.run is not None]
+        except ValueRefused as refused:
+            return record(StepStatus.FAILED, str(refused))
         if step.run is not None and len(items) > 1:
             # Items that give the same command (one PID on two GPUs) are one target.
             first: dict[str, Any] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.names import mapping
 from runbook_runner.format.yamlsource import Problem, Source
 
@@ -32,9 +33,12 @@ _RADIUS = ("none", "process", "files", "service", "gpu", "node")
 def blast_radius_warnings(source: Source) -> list[Problem]:
     """Destructive steps whose command looks wider than the 'affects' they declare."""
     found = []
-    steps = source.data.get("steps") if isinstance(source.data, dict) else None
-    for i, spec in enumerate(steps if isinstance(steps, list) else []):
-        if not isinstance(spec, dict) or not isinstance(spec.get("run"), str):
+    for entry in step_specs(source.data):
+        spec, path = entry.spec, entry.path
+        run = spec.get("run")
+        if isinstance(run, list):
+            run = " ".join(str(word) for word in run)
+        if not isinstance(run, str):
             continue
         declared = spec.get("affects")
         if spec.get("destructive") is not True or declared not in _RADIUS:
@@ -42,8 +46,8 @@ def blast_radius_warnings(source: Source) -> list[Problem]:
         if declared != "node" and _acts_on_node_wide_holders(source.data, spec):
             found.append(
                 Problem(
-                    source.mark_of(("steps", i, "for_each_failing")),
-                    ("steps", i, "for_each_failing"),
+                    source.mark_of(entry.at("for_each_failing")),
+                    entry.at("for_each_failing"),
                     f"warning: its items include the holders of /dev/nvidiactl and "
                     f"/dev/nvidia-uvm (every CUDA process of the node), wider than "
                     f"'affects: {declared}': scope the check with 'within' or "
@@ -52,11 +56,11 @@ def blast_radius_warnings(source: Source) -> list[Problem]:
             )
             continue
         for pattern, needs, why in _WIDE_COMMANDS:
-            if pattern.search(spec["run"]) and _RADIUS.index(needs) > _RADIUS.index(declared):
+            if pattern.search(run) and _RADIUS.index(needs) > _RADIUS.index(declared):
                 found.append(
                     Problem(
-                        source.mark_of(("steps", i, "run")),
-                        ("steps", i, "run"),
+                        source.mark_of((*path, "run")),
+                        (*path, "run"),
                         f"warning: the command reaches wider than 'affects: {declared}' "
                         f"({why}): declare 'affects: {needs}' or narrow the command",
                     )

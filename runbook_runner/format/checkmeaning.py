@@ -65,7 +65,7 @@ class CheckMeaning(RunbookNames):
         """``within: {changed_by: STEP, match: FIELD}``: STEP acts on items (it has
         ``for_each_failing``), and FIELD is a field of its items and of this check's."""
         step_name = within["changed_by"]
-        steps = [s for s in self.data.get("steps") or [] if isinstance(s, dict)]
+        steps = [s.spec for s in self.step_specs]
         step = next((s for s in steps if s.get("id") == step_name), None)
         if step is None:
             known = [str(s.get("id")) for s in steps if isinstance(s.get("id"), str)]

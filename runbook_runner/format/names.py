@@ -12,6 +12,7 @@ from typing import Any
 
 from runbook_runner.format import expr
 from runbook_runner.format.exprtypes import ExpressionTypes
+from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.suggest import suggest as _suggest
 from runbook_runner.format.yamlsource import Mark, Path, Problem, Source
 from runbook_runner.observe import PARSERS
@@ -49,6 +50,7 @@ class RunbookNames:
             if isinstance(spec, dict) and spec.get("parser") in PARSERS
         }
         self.checks = mapping(self.data.get("checks"))
+        self.step_specs = step_specs(self.data)  # flattened out of their ladders
         self.lets: list[str] = []  # grows as each is checked: a let may use only earlier ones
         self.let_kinds: dict[str, str | None] = {}
 

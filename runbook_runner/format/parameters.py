@@ -69,7 +69,9 @@ def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, An
             except ValueError:
                 problems.append(f"--set {name}={text}: expected {parameter.type}")
                 continue
-            problem = value_problem(_as_spec(parameter), value)
+            problem = value_problem(_as_spec(parameter), value) or _option_problem(
+                runbook, name, value
+            )
             if problem:
                 problems.append(f"--set {name}={text}: {problem}")
             else:
@@ -80,6 +82,23 @@ def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, An
     if problems:
         raise ParameterError(problems)
     return values
+
+
+def _option_problem(runbook: Runbook, name: str, value: Any) -> str | None:
+    """A value that begins with '-' where a command of the runbook reads options: it would
+    be an option of that command, not its operand (templates put '--' before such a value)."""
+    if not isinstance(value, str) or not value.startswith("-"):
+        return None
+    templates = [o.command for o in runbook.observations.values()]
+    templates += [step.run for step in runbook.steps]
+    for template in templates:
+        if template is not None and name in template.option_placeholders():
+            command = template.words[0] if template.words else "the command"
+            return (
+                f"begins with '-' where {command} reads options ({template.source}): "
+                "it would be an option, not a value"
+            )
+    return None
 
 
 def gpu_range(runbook: Runbook, spec: str | None) -> list[str]:

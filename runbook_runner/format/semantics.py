@@ -22,20 +22,29 @@ from runbook_runner.format.expreval import is_number
 from runbook_runner.format.names import mapping, mistyped
 from runbook_runner.format.paramspec import PYTHON_TYPES, is_type, value_problem
 from runbook_runner.format.suggest import suggest as _suggest
-from runbook_runner.format.template import Template
-from runbook_runner.format.yamlsource import Path, Problem, Source
+from runbook_runner.format.template import Template, list_form_of, word_problems
+from runbook_runner.format.yamlsource import Path, Problem, Source, format_path
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import field_names, has_field
 
 __all__ = ["blast_radius_warnings", "check_meaning", "value_problem"]
 
 
-def check_meaning(source: Source, stem: str | None) -> list[Problem]:
-    return _Semantics(source, stem).run()
+def check_meaning(
+    source: Source, stem: str | None, *, string_placeholders: bool = False
+) -> list[Problem]:
+    """Every problem of meaning. ``string_placeholders`` lets a command string hold
+    placeholders, as runbooks written before the list form did: only for ``runbook
+    compare``, which runs an old runbook on the simulated hosts, never on a real one."""
+    semantics = _Semantics(source, stem)
+    semantics.string_placeholders = string_placeholders
+    return semantics.run()
 
 
 class _Semantics(CheckMeaning):
     """The whole document's meaning: :meth:`run` checks every part in turn."""
+
+    string_placeholders = False
 
     def run(self) -> list[Problem]:
         name = self.data.get("name")
@@ -44,7 +53,9 @@ class _Semantics(CheckMeaning):
         self.parameter_defaults()
         for obs_name, spec in self.observations.items():
             for key in ("command", "text"):
-                if isinstance(spec.get(key), str):
+                if isinstance(spec.get(key), str) or (
+                    key == "command" and isinstance(spec.get(key), list)
+                ):
                     self.template(
                         ("observations", obs_name, key),
                         spec[key],
@@ -132,22 +143,20 @@ class _Semantics(CheckMeaning):
     # -- steps ---------------------------------------------------------------
 
     def steps(self) -> None:
-        steps = self.data.get("steps")
-        if not isinstance(steps, list):
-            return
-        seen: dict[str, int] = {}
-        for i, spec in enumerate(steps):
-            if not isinstance(spec, dict):
-                continue
-            path: Path = ("steps", i)
+        seen: dict[str, str] = {}
+        for entry in self.step_specs:
+            spec, path, at = entry.spec, entry.path, entry.at
+            for key in entry.twice:
+                self.error(
+                    (*path, key), f"'{key}' is given twice: in 'runs' and beside it; say it once"
+                )
             step_id = spec.get("id")
             if isinstance(step_id, str):
                 if step_id in seen:
                     self.error(
-                        (*path, "id"),
-                        f"step id {step_id!r} is already used by steps[{seen[step_id]}]",
+                        (*path, "id"), f"step id {step_id!r} is already used by {seen[step_id]}"
                     )
-                seen.setdefault(step_id, i)
+                seen.setdefault(step_id, format_path(path))
             if "run" not in spec and "wait" not in spec and not mistyped(spec, "step"):
                 self.error(path, "a step needs 'run' (a command) or 'wait' (a state to wait for)")
             if spec.get("destructive") is True and "affects" not in spec:
@@ -161,15 +170,15 @@ class _Semantics(CheckMeaning):
                     "a destructive step must name the checks it 'fixes': it runs only while "
                     "one of them is failing",
                 )
-            self.check_list((*path, "fixes"), spec.get("fixes"))
+            self.check_list(at("fixes"), spec.get("fixes"))
             if isinstance(spec.get("when"), str):
-                self.expression((*path, "when"), spec["when"], None)
+                self.expression(at("when"), spec["when"], None)
             reboot_ok = spec.get("destructive") is True and spec.get("affects") == "node"
             if spec.get("reboots") is True and not reboot_ok:
                 self.error(
                     (*path, "reboots"), "a step that reboots is destructive and affects the node"
                 )
-            self.check_list((*path, "skip_if"), spec.get("skip_if"))
+            self.check_list(at("skip_if"), spec.get("skip_if"))
             self.seconds((*path, "timeout"), spec.get("timeout"))
             wait = spec.get("wait")
             if isinstance(wait, dict):
@@ -183,9 +192,10 @@ class _Semantics(CheckMeaning):
                     self.error(
                         (*path, "wait", "interval"), "the interval is longer than the timeout"
                     )
-            item_type = self.for_each(path, spec.get("for_each_failing"))
-            if isinstance(spec.get("run"), str):
-                self.template((*path, "run"), spec["run"], item_type)
+            item_type = self.for_each(at("for_each_failing"), spec.get("for_each_failing"))
+            if isinstance(spec.get("run"), str | list):
+                named = "for_each_failing" in spec  # an unknown check is reported once, there
+                self.template((*path, "run"), spec["run"], item_type, items_named=named)
 
     def seconds(self, path: Path, value: Any) -> None:
         """A duration given as an expression may read parameters only (it is known before the run)."""
@@ -208,19 +218,20 @@ class _Semantics(CheckMeaning):
                 )
 
     def for_each(self, path: Path, name: Any) -> type | None:
+        """``path`` is where 'for_each_failing' is written."""
         if not isinstance(name, str):
             return None
         check = self.checks.get(name)
         if not isinstance(check, dict):
             self.error(
-                (*path, "for_each_failing"),
+                path,
                 f"unknown check {name!r}{_suggest(name, list(self.checks))}",
             )
             return None
         over = check.get("every", check.get("none"))
         if not isinstance(over, str):
             self.error(
-                (*path, "for_each_failing"),
+                path,
                 f"check {name!r} has no 'every' or 'none': there are no items to act on",
             )
             return None
@@ -228,33 +239,75 @@ class _Semantics(CheckMeaning):
         return PARSERS[spec["parser"]].record_type if spec else None
 
     def template(
-        self, path: Path, text: str, item_type: type | None, *, shell: bool = True
+        self,
+        path: Path,
+        value: str | list[Any],
+        item_type: type | None,
+        *,
+        shell: bool = True,
+        items_named: bool = False,
     ) -> None:
-        template = Template(text)
+        """A command (``shell``) or a text parsed here: its placeholders name parameters or
+        item fields; a command string holds none (the list form carries values)."""
+        if isinstance(value, list):
+            if not all(isinstance(w, str | int | float) for w in value):
+                return  # the schema says each word is a string
+            template = Template.of(value)
+            words = template.words or ()
+            for index, offset, message in word_problems(words):
+                self.error((*path, index), message, offset)
+            self.option_defaults(path, template)
+        else:
+            template = Template(value)
+            if shell and template.placeholders and not self.string_placeholders:
+                first = template.placeholders[0]
+                self.error(
+                    path,
+                    "a placeholder in a command string: its value would be read by the shell; "
+                    f"write the command as a list of words, one value a word: "
+                    f"{list_form_of(value)}",
+                    first.offset,
+                )
+                return
         loose = template.malformed()
         if loose is not None:
-            self.error(path, "'{{' or '}}' that is not a {{ name }} placeholder", loose)
-        if shell:
-            for offset, message in template.unsafe_placeholders():
-                self.error(path, message, offset)
+            word, offset = loose
+            where = path if word is None else (*path, word)
+            self.error(where, "'{{' or '}}' that is not a {{ name }} placeholder", offset)
         for placeholder in template.placeholders:
             name = placeholder.name
+            where = path if placeholder.word is None else (*path, placeholder.word)
             if name.startswith("item."):
                 field = name[5:]
+                if item_type is None and items_named:
+                    continue
                 if item_type is None:
                     self.error(
-                        path, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset
+                        where, f"{{{{ {name} }}}} needs 'for_each_failing'", placeholder.offset
                     )
                 elif not has_field(item_type, field):
                     fields = list(field_names(item_type))
                     self.error(
-                        path,
+                        where,
                         f"items have no field {field!r}{_suggest(field, fields)}",
                         placeholder.offset,
                     )
             elif name not in self.parameters:
                 self.error(
-                    path,
+                    where,
                     f"unknown parameter {name!r}{_suggest(name, list(self.parameters))}",
                     placeholder.offset,
+                )
+
+    def option_defaults(self, path: Path, template: Template) -> None:
+        """A parameter whose default begins with '-' where the command reads options."""
+        for name in template.option_placeholders():
+            spec = self.parameters.get(name)
+            default = spec.get("default") if isinstance(spec, dict) else None
+            if isinstance(default, str) and default.startswith("-"):
+                self.error(
+                    path,
+                    f"the default of {name!r} ({default!r}) begins with '-' where "
+                    f"{template.words[0] if template.words else 'the command'} reads options: "
+                    "put '--' before it",
                 )
