@@ -216,7 +216,7 @@ goal: [none-left]
 steps:
   - id: k
     title: t
-    run: kill -KILL {{ item.pid }}
+    run: [kill, -KILL, "{{ item.pid }}"]
     for_each_failing: none-left
     destructive: true
     affects: process
@@ -312,14 +312,14 @@ steps:
   - id: persistence-off
     title: t
     for_each_failing: busy
-    run: nvidia-smi -i {{ item.index }} -pm 0
+    run: [nvidia-smi, -i, "{{ item.index }}", -pm, "0"]
     destructive: true
     affects: gpu
     fixes: [busy]
   - id: restore
     title: t
     for_each_failing: in-persistence
-    run: nvidia-smi -i {{ item.index }} -pm 1
+    run: [nvidia-smi, -i, "{{ item.index }}", -pm, "1"]
     destructive: true
     affects: gpu
     fixes: [in-persistence]
@@ -377,7 +377,7 @@ def test_changed_by_is_checked_at_load_time(scope, message):
 def test_changed_by_a_step_that_acts_on_no_items_is_refused():
     text = RESTORING.replace(
         b"  - id: persistence-off\n    title: t\n    for_each_failing: busy\n"
-        b"    run: nvidia-smi -i {{ item.index }} -pm 0\n",
+        b'    run: [nvidia-smi, -i, "{{ item.index }}", -pm, "0"]\n',
         b"  - id: persistence-off\n    title: t\n    run: nvidia-smi -pm 0\n",
     )
     with pytest.raises(RunbookInvalid) as raised:

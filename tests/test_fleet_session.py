@@ -33,7 +33,7 @@ goal: [gpu-memory-released]
 steps:
   - id: reset-gpus
     title: Reset only the GPUs that still hold memory
-    run: nvidia-smi --gpu-reset -i {{ item.index }}
+    run: [nvidia-smi, --gpu-reset, -i, "{{ item.index }}"]
     for_each_failing: gpu-memory-released
     root: true
     destructive: true

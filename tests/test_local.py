@@ -39,14 +39,16 @@ summary: For the --local tests.
 parameters:
   where: {type: string, default: /nonexistent, description: d}
 observations:
-  marker: {command: 'ls -- {{ where }} 2>/dev/null | grep -x marker || true', parser: lines}
+  marker:
+    command: [sh, -c, 'ls -- "$1" 2>/dev/null | grep -x marker || true', sh, "{{ where }}"]
+    parser: lines
 checks:
   marked: {description: the marker is there, expect: count(marker) == 1}
 goal: [marked]
 steps:
   - id: mark
     title: Write the marker
-    run: 'touch -- {{ where }}/marker'
+    run: [touch, --, "{{ where }}/marker"]
     destructive: true
     fixes: goal
     affects: files

@@ -102,6 +102,8 @@ EDITED = {
     "Expressions (`expect`, `where`, `when`)": "the schema is a code span, not a link",
     "How `gpu-oom-recovery` gets there": "ownership (above) links its section",
     "- **Add a runbook**: write `runbooks/NAME.yaml`": "the parser table and Speed are links",
+    "A `{{ placeholder }}` in a command": "issue 37: a value enters a command as a list word",
+    "**Placeholders by construction.**": "issue 37: the allow-list went with the string form",
 }
 
 

@@ -40,7 +40,7 @@ goal: [marked-once]
 steps:
   - id: mark
     title: Append to the marker (not to be done twice)
-    run: echo ran{{{{ token }}}} >> {sim}/marker
+    run: [sh, -c, 'echo "ran$1" >> {sim}/marker', sh, "{{{{ token }}}}"]
     destructive: true
     affects: process
     fixes: [marked-once]

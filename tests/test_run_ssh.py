@@ -220,9 +220,9 @@ def test_parameter_values_are_one_shell_word(gpu_host, capsys, tmp_path):
     runbook.write_text(
         "name: quoting\ntitle: t\nsummary: s\n"
         "parameters:\n  value: {type: string, default: x, description: d}\n"
-        "observations:\n  echo:\n    command: printf '%s\\n' {{ value }}\n    parser: lines\n"
+        "observations:\n  echo:\n    command: [printf, '%s\\n', \"{{ value }}\"]\n    parser: lines\n"
         "checks:\n  one-line:\n    description: exactly one argument arrived\n    expect: count(echo) == 1\n"
-        "goal: [one-line]\nsteps:\n  - id: show\n    title: show\n    run: printf '[%s]' {{ value }}\n"
+        "goal: [one-line]\nsteps:\n  - id: show\n    title: show\n    run: [printf, '[%s]', \"{{ value }}\"]\n"
     )
     hostile = f"a b; touch {marker}; $(touch {marker}) `touch {marker}` \"'"
     code, out, _ = cli(capsys, gpu_host, "run", str(runbook), "--set", f"value={hostile}", "--json")
@@ -365,7 +365,7 @@ def test_hostile_values_arrive_as_one_literal_argument_and_odd_output_is_shown(g
         "parameters:\n  value: {type: string, default: x, description: d}\n"
         "observations:\n  memory: {command: free -b, parser: free}\n"
         "checks:\n  any: {description: d, expect: memory.total_bytes > 0}\n"
-        "goal: [any]\nsteps:\n  - id: show\n    title: show\n    run: printf '<%s>' {{ value }}\n"
+        "goal: [any]\nsteps:\n  - id: show\n    title: show\n    run: [printf, '<%s>', \"{{ value }}\"]\n"
     )
     marker = gpu_host.root / "sim" / "pwned"
     hostile = b"line one\nline two; touch " + str(marker).encode() + b" \xff\xfe $(id) 'q\" end"

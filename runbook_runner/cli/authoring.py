@@ -77,7 +77,7 @@ goal: [enough-memory]              # the checks that say "done"
 steps: []                          # none: a read-only check. A step looks like this:
 #  - id: show-memory
 #    title: Show what uses the memory
-#    run: ps -eo pid,rss,args --sort=-rss | head -n 5   # {{{{ parameter }}}} is shell-quoted
+#    run: ps -eo pid,rss,args --sort=-rss | head -n 5   # a value: [kill, -TERM, "{{{{ item.pid }}}}"]
 #    skip_if: goal                 # skipped once the goal holds
 #    destructive: false            # true needs affects: process | service | gpu | node
 """
