@@ -213,7 +213,7 @@ def _runbook_with_default(default: str) -> str:
         f"parameters:\n  v: {{type: string, default: {default}, description: d}}\n"
         "observations:\n  o: {command: 'true', parser: lines}\n"
         "checks:\n  c: {description: d, none: o}\n"
-        "goal: [c]\nsteps:\n  - id: s\n    title: s\n    run: [echo, \"{{ v }}\"]\n"
+        'goal: [c]\nsteps:\n  - id: s\n    title: s\n    run: [echo, "{{ v }}"]\n'
     )
 
 

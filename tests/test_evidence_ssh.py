@@ -349,7 +349,7 @@ def test_a_value_the_host_did_not_report_is_never_sent_as_the_word_none(gpu_host
         f"observations:\n  rows: {{command: cat {sim}/rows, parser: table}}\n"
         "checks:\n  no-workers: {description: d, none: rows, where: name == 'worker'}\n"
         "goal: [no-workers]\nsteps:\n"
-        "  - id: stop\n    title: t\n    run: [kill, -TERM, \"{{ item.pid }}\"]\n"
+        '  - id: stop\n    title: t\n    run: [kill, -TERM, "{{ item.pid }}"]\n'
         "    for_each_failing: no-workers\n    fixes: [no-workers]\n"
         "    destructive: true\n    affects: process\n"
     )
