@@ -236,3 +236,23 @@ def test_a_gpu_range_that_is_not_one_is_bad_input(capsys):
     code, _, err = drill(capsys, "--scenario", "oom-crash", "--yes", "--gpus", "9-3")
     assert code == ExitCode.BAD_INPUT
     assert "--gpus '9-3': the range runs backwards" in err
+
+
+def processes_on(text: str, gpu: int) -> list[str]:
+    """The PROCESSES cell of GPU ``gpu``'s row in each GPU table the run printed."""
+    row = re.compile(rf"^{gpu}\s+[\d,?]+ / [\d,?]+ MiB\s+(.*)$", re.MULTILINE)
+    return [cell.strip() for cell in row.findall(text)]
+
+
+def test_the_gpu_tables_name_each_gpus_holders_from_the_process_owners(capsys):
+    """gpu-oom-recovery observes no --query-compute-apps record with a GPU: a GPU's holders
+    come from the process-owners records (its /dev/nvidiaN), the GPU daemon left out."""
+    code, out, _ = drill(capsys, "--scenario", "wedged-server", "--yes")
+    assert code == ExitCode.OK
+    before, after = processes_on(out, 3)[:2]
+    assert before == "4123 sglang::scheduler_TP3 (ours)"
+    assert after == "-"  # the server is gone; nvidia-persistenced still holds it, unnamed here
+    code, out, _ = drill(capsys, "--scenario", "other-team-gpu5", "--yes")
+    assert code == ExitCode.OK
+    assert processes_on(out, 5)[:2] == ["7001 python3 (another-owner)"] * 2  # left alone
+    assert processes_on(out, 4)[:2] == ["-", "-"]

@@ -236,6 +236,7 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
                     if (p.gpu_bus_id and p.gpu_bus_id == gpu.pci_bus_id)
                     or (p.gpu_uuid and p.gpu_uuid == gpu.uuid)
                 ]
+            on_gpu = on_gpu or _holders_of(gpu, first_of(runbook, state, "process-owners"))
             used = f"{_mib(gpu.memory_used_mib)} / {_mib(gpu.memory_total_mib)} MiB"
             rows.append((str(gpu.index), used, ", ".join(on_gpu) or "-"))
         lines.append(table(rows, ("GPU", "MEMORY USED / TOTAL", "PROCESSES")))
@@ -246,6 +247,23 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
         lines.append(memory_line(memory))
     lines += owner_lines(runbook, state)
     return "\n".join(lines)
+
+
+def _holders_of(gpu: Any, owners: Any) -> list[str]:
+    """Who holds ``gpu``'s device file (/dev/nvidiaN, N its minor number, else its index)
+    by the process-owners records: 'PID name (owner)', each once, GPU infrastructure left
+    out (a daemon such as nvidia-persistenced holds every GPU; the owner lines name it). For
+    a GPU no --query-compute-apps record names (none observed, or none with its bus id/UUID)."""
+    minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
+    if minor is None or not isinstance(owners, tuple):
+        return []
+    found: dict[int | None, str] = {}
+    for row in owners:
+        if row.minor_number == minor and row.owner != "infrastructure" and row.pid not in found:
+            name = os.path.basename((row.command or "?").split(" ", 1)[0]) or "?"
+            said = f"{row.pid} {name[:32]} ({row.owner or 'unclassified'})"
+            found[row.pid] = visible(said, lines=False, tabs=False)
+    return list(found.values())
 
 
 _VERDICT: dict[str, str] = {
