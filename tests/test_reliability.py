@@ -87,7 +87,8 @@ def test_a_run_writes_a_journal_of_everything_but_its_secrets(
     assert [e["id"] for e in events if e["event"] == "step-end"] == ["mark", "slow", "last"]
     confirmation = next(e for e in events if e["event"] == "confirmation")
     assert confirmation["answer"] == "yes"
-    assert confirmation["commands"] == [f"echo ran'***' >> {gpu_host.root / 'sim'}/marker"]
+    marker = gpu_host.root / "sim" / "marker"
+    assert confirmation["commands"] == [f"sh -c 'echo \"ran$1\" >> {marker}' sh '***'"]
     command = next(e for e in events if e["event"] == "command" and e["step"] == "last")
     assert command["stdout_tail"] == "last\n"
     assert command["exit_status"] == 0
