@@ -135,6 +135,7 @@ class RunSettings:
     approved: saved_plan.SavedPlan | None = None  # run --plan: only what it holds
     plan_file: str | None = None
     approved_by: str | None = None
+    verbose: bool = False  # -v: every rung, and what read-only steps printed
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
@@ -156,6 +157,7 @@ class RunSettings:
             lock=True,
             break_lock=getattr(args, "break_lock", False),
             as_json=args.json,
+            verbose=bool(getattr(args, "verbose", False)),
         )
 
 
@@ -292,7 +294,7 @@ def run_on_host(
         confirmer = console.Confirmer(
             out, host, yes=settings.yes, allow_reboot=settings.allow_reboot
         )
-        printer = console.printer(out, runbook)
+        printer = console.printer(out, runbook, verbose=settings.verbose)
 
         def on_event(event: session.SessionEvent) -> None:
             if isinstance(event, session.JournalOpened):
@@ -331,6 +333,7 @@ def run_on_host(
             raise outcome.error  # cli/outcomes.py's table says it and picks the exit code
     report = outcome.report
     assert report is not None
+    printer.flush()
     console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
     code = outcomes.run_code(
         report, dry_run=settings.dry_run, reboot_blocked=confirmer.reboot_blocked
@@ -347,6 +350,7 @@ def run_on_host(
             "state": render.state_json(runbook, after.state) if after else None,
             "checks": [render.check_json(r, runbook) for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
+            "verdict": report.verdict.to_json(),
         }
         if drill is not None:
             document["drill"] = drill.summary(report, code)

@@ -354,7 +354,11 @@ def wait_verdict(ended: str, reason: str) -> tuple[StepStatus, str]:
     if ended == "reached":
         return StepStatus.OK, f"wait ended: {reason}"
     if ended == "no-progress":
-        return StepStatus.OK, f"waited: {reason}: on to the next rung"
+        said = reason.replace("no progress for", "no change for", 1)
+        head, _, figures = said.partition("): ") if "): " in said else said.partition(": ")
+        head += ")" if "): " in said else ""
+        still = f"; still: {figures}" if figures else ""
+        return StepStatus.OK, f"{head}: waiting cannot help, on to the next rung{still}"
     return StepStatus.FAILED, f"wait ended: {reason}"
 
 
