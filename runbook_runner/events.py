@@ -171,7 +171,9 @@ class Verdict:
 def subject_held(state: State | None) -> tuple[str, ...]:
     """The subject's GPUs still held, from a look at the host: 'GPU N: PID P COMMAND
     (why it was left)', one per GPU, for every process of the subject that is not a
-    healthy server (a healthy server holds its GPUs as it should)."""
+    healthy server nor one judged starting (a healthy server holds its GPUs as it should;
+    so does one still loading within its startup grace, its workers live: plan/ownership.py
+    judges a launcher past the grace, or with its workers gone, broken)."""
     from runbook_runner.observe.state import ProcessOwner
 
     found: dict[int, list[str]] = {}
@@ -179,7 +181,7 @@ def subject_held(state: State | None) -> tuple[str, ...]:
         for row in records if isinstance(records, tuple) else ():
             if not isinstance(row, ProcessOwner) or not row.subject:
                 continue
-            if row.minor_number is None or row.health == "healthy":
+            if row.minor_number is None or row.health in ("healthy", "starting"):
                 continue
             said = f"PID {row.pid} {(row.command or '?')[:60]} ({row.reason or row.disposition})"
             if said not in found.setdefault(row.minor_number, []):

@@ -113,6 +113,10 @@ class Host:
             ),
             "running_gpu_services": self.running_gpu_services,
             "stopped_gpu_services": self.stopped_gpu_services,
+            "gpu_list": lambda: self.call("nvidia-smi -L"),
+            "gpu_instances": lambda: self.call("nvidia-smi mig -lgi"),
+            "compute_instances": lambda: self.call("nvidia-smi mig -lci"),
+            "gpu_process_instances": lambda: self.call("nvidia-smi -q -d PIDS"),
         }
         return plain[name]()
 
