@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +191,30 @@ def subject_held(state: State | None) -> tuple[str, ...]:
     return tuple(f"GPU {gpu}: held by " + "; ".join(found[gpu]) for gpu in sorted(found))
 
 
+def held_back(state: State | None, said: Sequence[str] = ()) -> tuple[str, ...]:
+    """What no step may touch at the end, from a look at the host (plan/permission.py's
+    ``held_back``: another owner's, one whose owner or health cannot be told), each with
+    whose it is, why, and the command a person runs to look at it; a process a rung's
+    own "left alone" (``said``) already names is not named twice, nor the subject's
+    server while it is healthy or starting (the GPU table shows it)."""
+    from runbook_runner.observe.state import ProcessOwner
+    from runbook_runner.plan import permission
+
+    rows: dict[tuple[int | None, int | None], ProcessOwner] = {}
+    for records in (state or {}).values():
+        for row in records if isinstance(records, tuple) else ():
+            if isinstance(row, ProcessOwner) and row.owner:
+                if row.subject and row.health in ("healthy", "starting"):
+                    continue
+                rows.setdefault((row.pid, row.minor_number), row)
+    named = " ".join(said)
+    return tuple(
+        item.said()
+        for item in permission.held_back(tuple(rows.values()))
+        if not re.search(rf"\bPID {re.escape(item.what.split(' ')[1])}\b", named)
+    )
+
+
 def verdict_of(report: RunReport) -> Verdict:
     """The run's verdict from its report (pure)."""
     runbook = report.runbook
@@ -203,6 +229,8 @@ def verdict_of(report: RunReport) -> Verdict:
         for said in record.left_alone:
             if said not in left:
                 left.append(said)
+    for said in held_back(report.after.state if report.after is not None else None, left):
+        left.append(said)
     results = report.after.results if report.after is not None else ()
     still = [f"{r.name}: {r.message}" for r in results if not r.ok]
     if report.blocked is not None:

@@ -403,9 +403,15 @@ def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done")
         ("still wrong", verdict.held + verdict.still_wrong, "nothing"),
         ("next", tuple(nexts), "nothing"),
     ):
+        pad = f"  {' ' * len(label)}  "
         for i, item in enumerate(items or (empty,)):
-            line = f"  {label}: {item}" if i == 0 else f"  {' ' * len(label)}  {item}"
+            said, mark, look = item.rpartition(" (look: ")
+            if not mark or not look.endswith(")"):
+                said, look = item, ""
+            line = f"  {label}: {said}" if i == 0 else f"{pad}{said}"
             lines.append(line if label == "next" else cut(line))  # a command is shown whole
+            if look:  # the command a person runs to look at it, whole, on its own line
+                lines.append(f"{pad}  look: {look[:-1]}")
     return lines
 
 
