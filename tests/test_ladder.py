@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ladder_host import Host
 
 from runbook_runner.plan import decide, identity, ladder, planner
-from runbook_runner.plan.actions import REBOOT_GATE, Timing
+from runbook_runner.plan.actions import REBOOT_GATE, Timing, changes_host
 from runbook_runner.runbook import Runbook, load
 from runbook_runner.simhost.hosts import oom_crash
 from runbook_runner.simhost.scenarios import MATRIX, SCENARIOS, Scenario
@@ -70,7 +70,7 @@ def walk(
         if isinstance(move, ladder.Done | ladder.Stop):
             return moves
         if isinstance(move, ladder.Wait) or (
-            isinstance(move, ladder.Act) and ladder.changes_host(move.step)
+            isinstance(move, ladder.Act) and changes_host(move.step)
         ):
             return moves
         status = move.status if isinstance(move, ladder.Skip) else StepStatus.OK

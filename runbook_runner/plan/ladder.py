@@ -8,7 +8,8 @@ destructive rung that cannot be told, a "no", a failure under ``on_failure: stop
 saved plan whose host moved) or :class:`Done` (no rung left). The engine observes what
 :func:`needs` names, asks :func:`next_move`, confirms, acts and records (:meth:`History.then`);
 ``runbook plan`` walks the same function over the observed state for the first rung and
-over stated assumptions (:func:`assume`) for the later ones. Nothing here observes or acts:
+over stated assumptions (what a rung that acted is for no longer fails: :func:`still_needed`) for
+the later ones. Nothing here observes or acts:
 every rule of the loop is tested with no host, as ansible's PlayIterator is.
 
 The rules, each in one place here:
@@ -387,17 +388,6 @@ def reached_by(runbook: Runbook, history: History, goal_holds: bool) -> str | No
 # -- the plan's assumptions -----------------------------------------------------------------
 
 
-def assume(step: Step) -> set[str]:
-    """What the plan takes a rung that acted to have fixed: what it fixes, acts on or
-    waits for (the stated assumption each later rung's condition is shown with)."""
-    names = {*step.fixes}
-    if step.for_each_failing:
-        names.add(step.for_each_failing)
-    if step.wait is not None:
-        names |= set(step.wait.until)
-    return names
-
-
 def still_needed(step: Step, still: set[str]) -> bool:
     """Whether ``step`` would still run once what is no longer in ``still`` was fixed."""
     if step.skip_if and not set(step.skip_if) & still:
@@ -405,8 +395,3 @@ def still_needed(step: Step, still: set[str]) -> bool:
     if step.fixes and not set(step.fixes) & still:
         return False
     return not (step.for_each_failing and step.for_each_failing not in still)
-
-
-def changes_host(step: Step) -> bool:
-    """After this rung the host may look different: later decisions depend on it."""
-    return step.destructive or step.wait is not None or step.reboots
