@@ -93,6 +93,7 @@ class Acting(Waits):
                     f"timed out after {self.seconds(step.timeout):g}s and was ended on the host",
                     commands=commands,
                     results=tuple(results),
+                    targets=targets,
                 )
             if result.exit_status not in step.ok_exit:
                 return record(
@@ -101,6 +102,7 @@ class Acting(Waits):
                     exit_status=result.exit_status,
                     commands=commands,
                     results=tuple(results),
+                    targets=targets,
                 )
         exit_status = results[-1].exit_status if results else None
         if step.wait is not None:
