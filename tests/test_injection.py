@@ -312,3 +312,35 @@ def test_the_shipped_runbooks_put_every_value_in_the_list_form():
         templates += [s.run for s in runbook.steps if s.run]
         for template in templates:
             assert template.is_list or not template.placeholders, (path.name, template.source)
+
+
+def test_a_value_from_the_host_that_would_be_an_option_fails_its_step_unsent(tmp_path, capsys):
+    """A file the host lists as '-rf' reaches `rm -f` before any '--': the step fails with
+    the reason and nothing is sent (the simulated host records no change); with '--' before
+    it, the same value is an operand and the step is sent."""
+    from runbook_runner.cli import main
+
+    def runbook(words: str) -> Path:
+        path = tmp_path / str(len(words)) / "opt.yaml"
+        path.parent.mkdir()
+        path.write_text(
+            "name: opt\ntitle: t\nsummary: s\n"
+            "observations:\n  names: {command: cat /etc/names, parser: lines}\n"
+            "checks:\n  no-names: {description: d, none: names, empty: ok}\n"
+            "goal: [no-names]\nsteps:\n  - id: remove\n    title: t\n"
+            f'    run: [{words}, "{{{{ item.text }}}}"]\n'
+            "    runs: {for_each_failing: no-names, fixes: [no-names]}\n"
+            "    destructive: true\n    affects: files\n"
+        )
+        return path
+
+    state = tmp_path / "state.yaml"
+    state.write_text('files: {/etc/names: "-rf\\n"}\n')
+    main(["test", str(runbook("rm, -f")), "--state", str(state)])
+    out = "".join(capsys.readouterr())
+    assert "not sent: 'rm -f {{ item.text }}': the value '-rf' begins with '-'" in out
+    assert "$ nothing" in out  # what changed on the host
+    main(["test", str(runbook("rm, -f, --")), "--state", str(state)])
+    out = "".join(capsys.readouterr())
+    assert "not sent" not in out
+    assert "done: remove: -rf" in out  # sent: rm -f -- -rf
