@@ -439,6 +439,10 @@ def classify(
     verdicts: dict[int, tuple[Disposition, str, str, int | None]] = {}
     for pid, process in table.items():
         verdicts[pid] = _disposition(subject, table, process, health, asked, restarts or {})
+    held: dict[int, set[int]] = {}
+    for record in records:
+        if record.pid is not None and record.minor_number is not None:
+            held.setdefault(record.pid, set()).add(record.minor_number)
     out: list[ProcessOwner] = []
     for record in records:
         if record.pid is None:
@@ -450,7 +454,7 @@ def classify(
         if not interesting:
             continue
         disposition, reason, state, port = verdicts[record.pid]
-        evidence = process.evidence
+        evidence = process.evidence + _visible_devices(record, held.get(record.pid, ()))
         if process.owner in OURS and port is not None and process.instance is not None:
             how = health_port(subject, table, process.instance)[1]
             evidence += f"; its health port {port}: {how}" if how else ""
@@ -477,6 +481,25 @@ def classify(
             )
         )
     return tuple(out)
+
+
+def _visible_devices(record: ProcessOwner, minors: Iterable[int]) -> str:
+    """What its CUDA_VISIBLE_DEVICES says beside the device files it holds: a note for the
+    record, never a verdict (CUDA numbers the GPUs it is shown in its own order, not by
+    minor number). A process that holds more GPUs' files than it was shown took GPUs it
+    was not given (someone set CUDA_VISIBLE_DEVICES by hand, or a child reset it)."""
+    visible = record.cuda_visible_devices
+    if visible is None or record.pid is None:
+        return ""
+    held = sorted(minors)
+    shown = [v for v in visible.split(",") if v.strip()]
+    files = ", ".join(f"/dev/nvidia{m}" for m in held) or "no GPU's device file"
+    note = (
+        f"; its CUDA_VISIBLE_DEVICES={visible[:40]} (/proc/{record.pid}/environ), it holds {files}"
+    )
+    if len(held) > len(shown):
+        note += f": more GPUs than the {len(shown)} it was shown"
+    return note
 
 
 def _starting(
