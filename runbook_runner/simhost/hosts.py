@@ -603,10 +603,11 @@ def mig_gpu1_in_use() -> SimHost:
 
 def flat_cgroups_told_by_environment() -> SimHost:
     """A flat node (every cgroup '/'), our TP4 server crashed on GPUs 0-3 (memory held, no
-    process left); four other owners' jobs hold GPUs 4-7, their cgroups saying nothing:
+    process left); five other owners' jobs hold GPUs 4-7, their cgroups saying nothing:
     a Slurm job step (SLURM_JOB_ID in its environment), a pod's container sharing the
     host's PID namespace (its /etc/hostname from the kubelet's pod folder,
-    KUBERNETES_SERVICE_HOST), a job alice runs from her SSH login, and one carol started
+    KUBERNETES_SERVICE_HOST), a job bob runs from his SSH login beside a Ray worker whose
+    raylet runs in a container (RAY_RAYLET_PID in its environment), and one carol started
     with nohup and logged out (its loginuid still hers)."""
     host = eight_gpu_server()
     for index in range(4):
@@ -642,6 +643,14 @@ def flat_cgroups_told_by_environment() -> SimHost:
             cmdline="python3 eval.py --ckpt /scratch/bob/step-9000",
             gpu_mib={"6": 30_000},
             user="bob",
+            **job,  # type: ignore[arg-type]
+        ),
+        SimProcess(
+            pid=7005,
+            cmdline="python3 -u rollout_worker.py",
+            gpu_mib={"6": 20_000},
+            user="dave",
+            environ={"RAY_RAYLET_PID": "6411", "RAY_NODE_ID": "a1b2c3d4e5f6"},
             **job,  # type: ignore[arg-type]
         ),
         SimProcess(

@@ -620,20 +620,22 @@ MATRIX += (
 MATRIX += (
     Scenario(
         "flat-cgroups-owners-told",
-        "on a flat node, four other owners' jobs hold GPUs 4-7 and their cgroups say nothing: "
+        "on a flat node, five other owners' jobs hold GPUs 4-7 and their cgroups say nothing: "
         "their environment, mounts, login and sshd say whose they are; our GPUs 0-3 are reset",
         flat_cgroups_told_by_environment,
         wrong="orphaned memory on GPUs 0-3; on GPUs 4-7, in the same cgroup as everything "
         "else: a Slurm job step (SLURM_JOB_ID=81422), a pod's container sharing the host's "
-        "PID namespace, bob's job under his SSH login, carol's nohup job (loginuid 1007)",
-        expert="reset GPUs 0-3; leave the four jobs and GPUs 4-7 alone, each named with whose "
-        "it is (the job's, the pod's, bob's, carol's login): ask them, do not kill them",
+        "PID namespace, bob's job under his SSH login and a Ray worker (RAY_RAYLET_PID) on "
+        "GPU 6, carol's nohup job (loginuid 1007)",
+        expert="reset GPUs 0-3; leave the five jobs and GPUs 4-7 alone, each named with whose "
+        "it is (the job's, the pod's, bob's, the Ray cluster's, carol's login): ask them, do "
+        "not kill them (a Ray worker killed is only restarted)",
         actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
         ideal_s=40,
         lesson="where the cgroup says nothing, /proc/PID/environ, mountinfo and loginuid "
         "still name an owner; each only ever proves a process someone else's",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
-        left_alone=(7001, 7002, 7003, 7004),
+        left_alone=(7001, 7002, 7003, 7004, 7005),
         thread="https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/73",
     ),
     Scenario(
