@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import platform
 import statistics
 import sys
@@ -92,8 +93,12 @@ def main() -> int:
     args = parser.parse_args()
     names = args.scenario or list(DEFAULT)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"Measured {when} on {platform.machine()} {platform.system()} {platform.release()}, ")
-    print(f"Python {platform.python_version()}, {args.rounds} rounds per scenario (median).\n")
+    load = os.getloadavg()[0]
+    print(
+        f"Measured {when} on {platform.machine()} {platform.system()} {platform.release()}, "
+        f"{os.cpu_count()} CPUs (load average {load:.1f}), Python {platform.python_version()}, "
+        f"{args.rounds} rounds per scenario (median).\n"
+    )
     print(
         "| scenario | ours: SSH commands | ours: actions | ours: to recovery (sim. s) "
         "| expert: actions | expert: to recovery (sim. s) | ratio | exit | wall s here |"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +143,114 @@ class Answer:
     asked: bool = True  # False: nobody was asked (no terminal, or --allow-reboot missing)
 
 
+VERDICT_LINE = 160  # one line of a verdict, as the terminal shows it (--json has it whole)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a run ended, in four parts a person reads last: what it did (each action with
+    its targets), what it left alone (what, whose, why), what is still wrong (each failing
+    check), and what a person does next (from the runbook: its checks' hints, its
+    ``next``). ``held``: GPUs of the subject a process still holds at the end (a run that
+    leaves one is not "goal holds", whatever its checks say)."""
+
+    done: tuple[str, ...] = ()
+    left_alone: tuple[str, ...] = ()
+    still_wrong: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+    next: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "done": list(self.done),
+            "left_alone": list(self.left_alone),
+            "still_wrong": list(self.still_wrong),
+            "held": list(self.held),
+            "next": list(self.next),
+        }
+
+
+def subject_held(state: State | None) -> tuple[str, ...]:
+    """The subject's GPUs still held, from a look at the host: 'GPU N: PID P COMMAND
+    (why it was left)', one per GPU, for every process of the subject that is not a
+    healthy server nor one judged starting (a healthy server holds its GPUs as it should;
+    so does one still loading within its startup grace, its workers live: plan/ownership.py
+    judges a launcher past the grace, or with its workers gone, broken)."""
+    from runbook_runner.observe.state import ProcessOwner
+
+    found: dict[int, list[str]] = {}
+    for records in (state or {}).values():
+        for row in records if isinstance(records, tuple) else ():
+            if not isinstance(row, ProcessOwner) or not row.subject:
+                continue
+            if row.minor_number is None or row.health in ("healthy", "starting"):
+                continue
+            said = f"PID {row.pid} {(row.command or '?')[:60]} ({row.reason or row.disposition})"
+            if said not in found.setdefault(row.minor_number, []):
+                found[row.minor_number].append(said)
+    return tuple(f"GPU {gpu}: held by " + "; ".join(found[gpu]) for gpu in sorted(found))
+
+
+def held_back(state: State | None, said: Sequence[str] = ()) -> tuple[str, ...]:
+    """What no step may touch at the end, from a look at the host (plan/permission.py's
+    ``held_back``: another owner's, one whose owner or health cannot be told), each with
+    whose it is, why, and the command a person runs to look at it; a process a rung's
+    own "left alone" (``said``) already names is not named twice, nor the subject's
+    server while it is healthy or starting (the GPU table shows it)."""
+    from runbook_runner.observe.state import ProcessOwner
+    from runbook_runner.plan import permission
+
+    rows: dict[tuple[int | None, int | None], ProcessOwner] = {}
+    for records in (state or {}).values():
+        for row in records if isinstance(records, tuple) else ():
+            if isinstance(row, ProcessOwner) and row.owner:
+                if row.subject and row.health in ("healthy", "starting"):
+                    continue
+                rows.setdefault((row.pid, row.minor_number), row)
+    named = " ".join(said)
+    return tuple(
+        item.said()
+        for item in permission.held_back(tuple(rows.values()))
+        if not re.search(rf"\bPID {re.escape(item.what.split(' ')[1])}\b", named)
+    )
+
+
+def verdict_of(report: RunReport) -> Verdict:
+    """The run's verdict from its report (pure)."""
+    runbook = report.runbook
+    destructive = {s.id for s in runbook.steps if s.destructive}
+    done: list[str] = []
+    left: list[str] = []
+    for record in report.steps:
+        if record.sent and record.id in destructive and (record.targets or record.commands):
+            what = ", ".join(record.targets) if record.targets else "; ".join(record.commands)
+            tail = "" if record.status == StepStatus.OK else f" ({record.status})"
+            done.append(f"{record.id}: {what}{tail}")
+        for said in record.left_alone:
+            if said not in left:
+                left.append(said)
+    for said in held_back(report.after.state if report.after is not None else None, left):
+        left.append(said)
+    results = report.after.results if report.after is not None else ()
+    still = [f"{r.name}: {r.message}" for r in results if not r.ok]
+    if report.blocked is not None:
+        still.append(f"stopped before {report.blocked.id}: {report.blocked.message}")
+    held = subject_held(report.after.state if report.after is not None else None)
+    following: list[str] = []
+    for result in results:
+        hint = runbook.checks[result.name].hint if result.name in runbook.checks else ""
+        if not result.ok and hint:
+            following.append(" ".join(hint.split()))
+    if held:
+        following.append(
+            "a GPU of the server is still held: look at its holder (ps -o pid,etimes,args "
+            "-p PID; the server's log), then run this runbook again"
+        )
+    if report.ok and not held:
+        following += runbook.next
+    return Verdict(tuple(done), tuple(left), tuple(still), held, tuple(dict.fromkeys(following)))
+
+
 @dataclass
 class RunReport:
     runbook: Runbook
@@ -159,6 +269,10 @@ class RunReport:
             and not self.declined
             and self.blocked is None
         )
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict_of(self)
 
     @property
     def failing(self) -> tuple[CheckResult, ...]:

@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     CANNOT_TELL = 6  # an observation a step or check depends on could not be made
     JOURNAL = 7  # the run journal cannot be written or read, or the run cannot be resumed
     TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
+    SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is still held
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
@@ -30,12 +31,23 @@ EXPLANATIONS = {
     ExitCode.CANNOT_TELL: "cannot tell: what a step depends on could not be observed; nothing was done on it",
     ExitCode.JOURNAL: "the run journal cannot be written or read, or the run cannot be resumed",
     ExitCode.TIMED_OUT: "a command or wait ran out of time and the run stopped there",
+    ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is still held (the verdict names it, its holder and why it was left)",
     ExitCode.NOT_APPROVED: "run --plan: the run would send a command the approved plan does not have; not sent",
     ExitCode.INTERNAL: "internal error: a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 for SIGHUP, 143 for SIGTERM; the command running on the host is ended",
 }
 
 
+SHORT = {  # the last two share a line of --help (it fits a screen)
+    ExitCode.INTERNAL: "internal error (a bug; RUNBOOK_DEBUG=1 shows where)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 SIGHUP, 143 SIGTERM",
+}
+
+
 def describe() -> str:
     """The table printed at the end of ``runbook --help``."""
-    return "\n".join(f"  {int(code):>3}  {text}" for code, text in EXPLANATIONS.items())
+    lines = [
+        f"  {int(code):>3}  {text}" for code, text in EXPLANATIONS.items() if code not in SHORT
+    ]
+    lines.append("; ".join(f"  {int(code):>3}  {text}" for code, text in SHORT.items()))
+    return "\n".join(lines)

@@ -256,6 +256,7 @@ class Runbook:
     when: str = ""
     let: Mapping[str, Expression] = field(default_factory=dict)
     docs: tuple[str, ...] = ()
+    next: tuple[str, ...] = ()  # what a person does once the run ended (the verdict's "next")
     tags: tuple[str, ...] = ()
     path: str = ""
     sha256: str = ""
@@ -471,6 +472,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             for name, text in (data.get("let") or {}).items()
         },
         docs=tuple(data.get("docs", ())),
+        next=tuple(" ".join(str(text).split()) for text in data.get("next", ())),
         tags=tuple(data.get("tags", ())),
         parameters=parameters,
         observations=observations,

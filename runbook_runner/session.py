@@ -169,11 +169,13 @@ def run(request: RunRequest) -> RunOutcome:
             lock = HostLock(request.transport, names.lock, _lock_owner(request, run_id))
             previous = lock.acquire(break_stale=request.lock.break_stale)
             journal.append(journal_lines.lock(taken_over_from=previous))
-        report = runner.run(
-            from_step=request.from_step,
-            dry_run=request.dry_run,
-            resume=request.journal.resume.plan if request.journal.resume else None,
-        )
+        if request.dry_run:  # the plan is planview's: here one look, nothing sent
+            report = runner.look()
+        else:
+            report = runner.run(
+                from_step=request.from_step,
+                resume=request.journal.resume.plan if request.journal.resume else None,
+            )
         ended = Ended.DECLINED if report.declined else Ended.FINISHED
     except Interrupted as interrupt:
         ended, failure = Ended.INTERRUPTED, interrupt

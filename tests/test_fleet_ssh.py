@@ -489,16 +489,22 @@ def test_a_dry_run_rollout_asks_nothing_and_changes_nothing(fleet, files, capsys
 def test_a_host_that_never_speaks_ssh_times_out_as_its_own_outcome(fleet, files, capsys, tmp_path):
     import socket
 
-    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts TCP, never says a word
+    # The silent host alone has a short ConnectTimeout (its own address, 127.0.0.2, in the
+    # ssh config): the real sshd's handshake keeps one a loaded machine cannot miss.
+    with socket.create_server(("127.0.0.2", 0)) as silent:  # accepts TCP, never says a word
         inventory = tmp_path / "hosts.ini"
         inventory.write_text(
             f"gpu1 ansible_host=127.0.0.1 ansible_port={fleet[0].port} "
             f"ansible_ssh_private_key_file={fleet[0].client_key} ansible_user={fleet[0].user}\n"
-            f"mute1 ansible_host=127.0.0.1 ansible_port={silent.getsockname()[1]}\n"
+            f"mute1 ansible_host=127.0.0.2 ansible_port={silent.getsockname()[1]}\n"
+        )
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            "Host 127.0.0.2\n  ConnectTimeout 1\nHost 127.0.0.1\n  ConnectTimeout 60\n"
         )
         code, out, _ = cli(
             capsys, "check", files["runbook"], "--inventory", str(inventory), "--known-hosts",
-            files["known"], "--connect-timeout", "0.5",
+            files["known"], "--ssh-config", str(config),
         )  # fmt: skip
     assert code == ExitCode.HOST_UNREACHABLE
     assert "gpu1: ok" in out

@@ -321,49 +321,85 @@ CAPTURE_FIELDS = (
 )
 
 
+# What varies between two hosts in a --query-compute-apps row, each cell by its kind; the
+# rest (the header, the order of the cells, ", " between them, " MiB", the line ends) is
+# the format, compared byte for byte.
+_CELLS = (
+    ("<time>", re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}")),
+    ("<bus id>", re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")),
+    ("<uuid>", re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")),
+    ("<n> MiB", re.compile(r"\d+ MiB")),
+    ("<n>", re.compile(r"\d+")),
+    ("<name>", re.compile(r"[^\s\[,][^,]*")),  # a GPU's or a program's name, not [N/A]
+)
+
+
+def shape(text: str) -> str:
+    """The header as printed; each row with its cells by kind (a cell of no kind as is)."""
+    header, *rows = text.split("\n")
+
+    def kind(cell: str) -> str:
+        return next((k for k, pattern in _CELLS if pattern.fullmatch(cell)), cell)
+
+    return "\n".join([header, *(", ".join(map(kind, r.split(", "))) if r else r for r in rows)])
+
+
 def test_i_n_query_compute_apps_answers_only_that_gpu_in_the_format_the_real_one_prints():
     """Done means (issue 36): `nvidia-smi -i N --query-compute-apps=...` on the simulated
-    host, against the real capture of the same query (an H200, driver 590.48.01). There is
-    no real capture of the -i N form: -i only selects the GPUs, so its rows are the real
-    format's rows of GPU N alone."""
+    host, against the real capture of the same query (an H200, driver 590.48.01; serial and
+    UUID masked by the collector). There is no real capture of the -i form: -i only selects
+    the GPUs, so GPU N's rows are the capture's rows when GPU N runs the capture's processes."""
     real = fixture_text("nvidia-smi/csv-compute-apps-590.48.01-h200-load.txt")
+    idle = fixture_text("nvidia-smi/csv-compute-apps-590.48.01-h200-idle-empty.txt")
     real_header, *real_rows = real.splitlines()
     host = oom_crash()
-    host.processes = [
+    host.processes = [  # GPU 2 runs what the captured H200 ran; GPUs 0 and 3 run others
         SimProcess(pid=4120, cmdline="sglang::scheduler_TP0", gpu_mib={"0": 90_112}),
-        SimProcess(pid=4122, cmdline="sglang::scheduler_TP2", gpu_mib={"2": 90_112}),
-        SimProcess(pid=4123, cmdline="python3 train.py", gpu_mib={"2": 1_024, "3": 2_048}),
+        SimProcess(pid=10291, cmdline="/root/tools/memhog 2560", gpu_mib={"2": 2_566}),
+        SimProcess(pid=10293, cmdline="/root/tools/memhog 1536", gpu_mib={"2": 1_542}),
+        SimProcess(pid=10309, cmdline="./gpu_burn -d 60", gpu_mib={"2": 28_234}),
+        SimProcess(pid=4123, cmdline="python3 train.py", gpu_mib={"0": 1_024, "3": 2_048}),
     ]
-    text, status = simulated(
-        host, "-i", "2", f"--query-compute-apps={CAPTURE_FIELDS}", "--format=csv"
-    )
+    query = f"--query-compute-apps={CAPTURE_FIELDS}"
+
+    text, status = simulated(host, "-i", "2", query, "--format=csv")
     assert status == 0
-    header, *rows = text.splitlines()
-    assert header == real_header  # the same header, byte for byte
-    assert len(rows) == 2  # GPU 2's processes: not GPU 0's, not GPU 3's
-    shape = re.compile(
-        r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}, [^,]+, [0-9A-F]{8}:[0-9A-F]{2}:00\.0, "
-        r"[^,]+, GPU-[0-9a-f-]{36}, \d+, [^,]+, \d+ MiB$"
-    )
-    assert all(shape.match(row) for row in real_rows)  # the shape is the real one's
-    assert all(shape.match(row) for row in rows), rows
-    parsed = PARSERS["gpu-processes"].parse(
-        text, status, f"nvidia-smi -i 2 --query-compute-apps={CAPTURE_FIELDS} --format=csv"
-    )
-    real_parsed = parse_fixture("nvidia-smi/csv-compute-apps-590.48.01-h200-load.txt")
-    assert [(p.pid, p.used_memory_mib) for p in parsed] == [(4122, 90_112), (4123, 1_024)]
-    assert {p.gpu_bus_id for p in parsed} == {host.gpu(2).bus_id}
-    assert all(
-        type(a) is type(b)
-        for p, r in zip(parsed, real_parsed, strict=False)
-        for a, b in zip(
-            (p.pid, p.used_memory_mib, p.gpu_bus_id, p.gpu_uuid),
-            (r.pid, r.used_memory_mib, r.gpu_bus_id, r.gpu_uuid),
-            strict=True,
-        )
-    )
-    everywhere, _ = simulated(host, f"--query-compute-apps={CAPTURE_FIELDS}", "--format=csv")
-    assert len(everywhere.splitlines()) == 1 + 4  # without -i: every GPU's
+    assert shape(text) == shape(real)  # the real format, byte for byte
+    assert text.splitlines()[0] == real_header
+    # The process cells are the capture's own; the GPU's are GPU 2's (not GPU 0's or 3's).
+    rows = [row.split(", ") for row in text.splitlines()[1:]]
+    assert [r[5:] for r in rows] == [r.split(", ")[5:] for r in real_rows]
+    gpu = host.gpu(2)
+    assert {(r[1], r[2], r[3], r[4]) for r in rows} == {
+        (gpu.name, gpu.bus_id, gpu.serial, gpu.uuid)
+    }
+    parsed = PARSERS["gpu-processes"].parse(text, status, f"nvidia-smi -i 2 {query} --format=csv")
+    assert [(p.pid, p.used_memory_mib, p.gpu_bus_id) for p in parsed] == [
+        (10291, 2_566, gpu.bus_id),
+        (10293, 1_542, gpu.bus_id),
+        (10309, 28_234, gpu.bus_id),
+    ]
+
+    # A GPU with no process: the header alone, byte for byte; without the header, nothing.
+    assert simulated(host, "-i", "5", query, "--format=csv") == (idle, 0)
+    assert simulated(host, "--id=5", query, "--format=csv,noheader") == ("", 0)
+
+    # A list: one header, then each GPU's rows in the GPUs' order.
+    one = simulated(host, "-i", "0", query, "--format=csv")[0]
+    listed, status = simulated(host, "-i", "2,0", query, "--format=csv")
+    assert status == 0
+    assert listed == one + text.split("\n", 1)[1]
+    assert shape(listed).split("\n")[1:] == [shape(real).split("\n")[1]] * 5 + [""]
+
+    # noheader drops the header line alone; nounits drops " MiB" from the values alone
+    # (bare numbers: csv-noheader-nounits-na-vs-not-supported.txt).
+    bare = "".join(line + "\n" for line in text.splitlines()[1:])
+    assert simulated(host, "-i", "2", query, "--format=csv,noheader") == (bare, 0)
+    no_units = bare.replace(" MiB\n", "\n")
+    assert simulated(host, "-i", "2", query, "--format=csv,noheader,nounits") == (no_units, 0)
+
+    everywhere, _ = simulated(host, query, "--format=csv")
+    assert len(everywhere.splitlines()) == 1 + 6  # without -i: every GPU's
 
 
 def test_i_selects_by_index_bus_id_and_uuid_and_refuses_what_names_no_gpu():

@@ -118,7 +118,7 @@ def test_an_encrypted_key_in_the_agent_needs_no_passphrase(gpu_host, tmp_path, m
         )
         asked = []
         with SshTransport(target, lambda prompt: asked.append(prompt) or None).connect() as t:
-            assert t.run("echo in", timeout=5).stdout == "in\n"
+            assert t.run("echo in", timeout=120).stdout == "in\n"
         assert asked == []
     finally:
         authorized.write_text(original)

@@ -14,6 +14,7 @@ a ten times slower machine keeps (SLACK_S): without the stall detection it never
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -211,10 +212,8 @@ def test_run_stalled_at_the_lock_exits_3_naming_the_phase(gpu_host, tmp_path, ca
             os.kill(pid, signal.SIGKILL)
         if watcher.is_alive():  # waiting in an open of the FIFO: the other end lets it return
             for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
-                try:
+                with contextlib.suppress(OSError):  # ENXIO: no reader waits
                     os.close(os.open(owner, flags))
-                except OSError:  # no reader waits (ENXIO)
-                    pass
         watcher.join(5)
         for leftover in folder.iterdir():
             leftover.unlink()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import getpass
 import sys
 import time
-from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner.cli import render
@@ -169,14 +168,28 @@ class Confirmer:
         return Answer(False, f"declined by {getpass.getuser()}")
 
 
-def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
-    from runbook_runner.events import Reconnecting, StepDone, StepStarting, Waiting
+class Printer:
+    """A run's progress, a line per rung that acted, waited, failed or was blocked; the
+    rungs that were not needed fold into one line (``verbose`` lists each, and what the
+    read-only steps printed)."""
 
-    numbers: dict[str, tuple[int, int]] = {}
+    def __init__(self, out: Output, runbook: Runbook, *, verbose: bool = False) -> None:
+        self.out, self.runbook, self.verbose = out, runbook, verbose
+        self.numbers: dict[str, tuple[int, int]] = {}
+        self.folded: list[str] = []
 
-    def on_event(event: Event) -> None:
+    def flush(self) -> None:
+        """The rungs not needed since the last line, as one line."""
+        if self.folded:
+            self.out.line(self.out.style(render.folded_line(self.folded), "dim"))
+            self.folded = []
+
+    def __call__(self, event: Event) -> None:
+        from runbook_runner.events import Reconnecting, StepDone, StepStarting, Waiting
+
+        out = self.out
         if isinstance(event, StepStarting):
-            numbers[event.step.id] = (event.number, event.total)
+            self.numbers[event.step.id] = (event.number, event.total)
         elif isinstance(event, Waiting):
             out.live(render.wait_line(event))
         elif isinstance(event, Reconnecting) and event.step is None:
@@ -188,72 +201,82 @@ def printer(out: Output, runbook: Runbook) -> Callable[[Event], None]:
                 f"      waiting for the host to come back: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
             )
         elif isinstance(event, StepDone):
-            number, total = numbers.get(event.step.id, (0, len(runbook.steps)))
-            if not number:
-                number = [s.id for s in runbook.steps].index(event.step.id) + 1
-            out.line(render.step_line(event.record, number, total, out.style))
-            if event.record.status == StepStatus.PLANNED:
-                for target in event.record.targets:
-                    out.line(f"        acts on: {target}")
-                for command in event.record.commands:
-                    out.line(f"        would run: $ {command}")
-            for result in event.record.results:
-                printed = (result.stdout + result.stderr).rstrip().splitlines()
-                if len(printed) > OUTPUT_LINES:
-                    out.line(
-                        out.style(f"        | ... {len(printed) - OUTPUT_LINES} lines above", "dim")
-                    )
-                for text in printed[-OUTPUT_LINES:]:
-                    out.line(out.style(f"        | {text}", "dim"))
+            self._done(event.step, event.record)
 
-    return on_event
+    def _done(self, step: Any, record: Any) -> None:
+        out = self.out
+        if record.status == StepStatus.SKIPPED and not self.verbose:
+            self.folded.append(record.id)
+            return
+        self.flush()
+        steps = [s.id for s in self.runbook.steps]
+        number, total = self.numbers.get(record.id, (0, len(steps)))
+        if not number:
+            number = steps.index(record.id) + 1 if record.id in steps else 0
+        printed = [
+            text
+            for result in record.results
+            for text in (result.stdout + result.stderr).rstrip().splitlines()
+        ]
+        shown = printed if self.verbose else printed[-OUTPUT_LINES:]
+        out.line(render.step_line(record, number, total, out.style))
+        if len(printed) > len(shown):
+            out.line(out.style(f"        | ... {len(printed) - len(shown)} lines above", "dim"))
+        for text in shown:
+            out.line(out.style(f"        | {text}", "dim"))
+
+
+def printer(out: Output, runbook: Runbook, *, verbose: bool = False) -> Printer:
+    return Printer(out, runbook, verbose=verbose)
 
 
 def closing(
     out: Output, report: RunReport, host: str, confirmer: Confirmer, retry: str | None = None
 ) -> None:
-    """The run's last lines; ``retry``: the command to allow a refused reboot (a drill's own)."""
+    """The run's last lines: the GPUs before and after, then its verdict (what it did, what
+    it left alone, what is still wrong, what a person does next); ``retry``: the command to
+    allow a refused reboot (a drill's own)."""
     runbook = report.runbook
     if report.before and report.after:
-        out.line(out.style("Before:", "bold"))
-        out.line(render.gpu_table(runbook, report.before.state))
-        out.line(out.style("After:", "bold"))
-        out.line(render.gpu_table(runbook, report.after.state))
-        out.line(render.check_lines(report.after.results, runbook, out.style))
+        out.line(render.before_after(runbook, report.before.state, report.after.state))
+        out.line(render.check_summary(report.after.results, runbook, out.style))
+    verdict = report.verdict
+    nexts = list(verdict.next)
+    because: list[str] = []
     if report.blocked is not None:
-        out.line(
-            out.style(
-                f"stopped before step {report.blocked.id!r}: {report.blocked.message}",
-                "yellow",
-                "bold",
-            )
+        headline = (
+            f"stopped before step {report.blocked.id!r}: {report.blocked.message}",
+            "yellow",
         )
     elif report.declined and confirmer.reboot_blocked:
-        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
+        headline = (f"goal NOT reached on {host}", "red")
         declined = next(r for r in report.steps if r.status == StepStatus.DECLINED)
-        for target in declined.targets:
-            out.line(f"  because of: {target}")
         again = (
             retry or f"runbook run {runbook.name} --host ... --from {declined.id} --allow-reboot"
         )
-        out.line(f"  next: reboot the host: {again}")
+        nexts.insert(0, f"reboot the host: {again}")
+        because = [f"  because of: {target}" for target in declined.targets]
     elif report.declined:
-        out.line(out.style(f"stopped: {confirmer.refusal or 'declined'}", "yellow", "bold"))
+        headline = (f"stopped: {confirmer.refusal or 'declined'}", "yellow")
+    elif report.ok and verdict.held:
+        headline = (f"the goal's checks hold on {host}, but a GPU of the server is held", "red")
     elif report.ok:
         how = (
             f"by step {report.reached_by!r}"
             if report.reached_by
             else "already; nothing needed doing"
         )
-        out.line(out.style(f"goal holds on {host}: reached {how}", "green", "bold"))
+        headline = (f"goal holds on {host}: reached {how}", "green")
     else:
-        out.line(out.style(f"goal NOT reached on {host}", "red", "bold"))
-        stopped = [r for r in report.steps if r.status in STOPPING]
-        if stopped:
-            out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}")
-        hints = [runbook.checks[r.name].hint for r in report.failing if runbook.checks[r.name].hint]
-        if hints:
-            out.line(f"  next: {hints[0]}")
+        headline = (f"goal NOT reached on {host}", "red")
+    out.line(out.style(headline[0], headline[1], "bold"))
+    for line in because:
+        out.line(line)
+    stopped = [r for r in report.steps if r.status in STOPPING]
+    if not report.ok and stopped and report.blocked is None and not report.declined:
+        out.line(f"  last failure: step {stopped[-1].id!r}: {stopped[-1].message}"[:200])
+    for line in render.verdict_lines(verdict, nexts):
+        out.line(line)
 
 
 SITE = "docs/"  # pages are named by their path in the repository's docs/ folder

@@ -184,6 +184,7 @@ def _run_simulated(
         allow_node_wide=getattr(args, "allow_node_wide", False),
         lock=True,  # taken on the simulated host (in its folder), as a real run takes it
         as_json=args.json,
+        verbose=bool(getattr(args, "verbose", False)),
     )
     connecting = Connecting(_simulated_host(drill))
     try:

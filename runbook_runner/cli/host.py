@@ -137,6 +137,7 @@ class RunSettings:
     plan_file: str | None = None
     approved_by: str | None = None
     approval: str | None = None  # how the saved plan's approval was proved, in words
+    verbose: bool = False  # -v: every rung, and what read-only steps printed
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
@@ -160,6 +161,7 @@ class RunSettings:
             lock=True,
             break_lock=getattr(args, "break_lock", False),
             as_json=args.json,
+            verbose=bool(getattr(args, "verbose", False)),
         )
 
 
@@ -298,7 +300,7 @@ def run_on_host(
         confirmer = console.Confirmer(
             out, host, yes=settings.yes, allow_reboot=settings.allow_reboot
         )
-        printer = console.printer(out, runbook)
+        printer = console.printer(out, runbook, verbose=settings.verbose)
 
         def on_event(event: session.SessionEvent) -> None:
             if isinstance(event, session.JournalOpened):
@@ -337,6 +339,7 @@ def run_on_host(
             raise outcome.error  # cli/outcomes.py's table says it and picks the exit code
     report = outcome.report
     assert report is not None
+    printer.flush()
     console.closing(out, report, host, confirmer, drill.retry if drill is not None else None)
     code = outcomes.run_code(
         report, dry_run=settings.dry_run, reboot_blocked=confirmer.reboot_blocked
@@ -353,6 +356,7 @@ def run_on_host(
             "state": render.state_json(runbook, after.state) if after else None,
             "checks": [render.check_json(r, runbook) for r in after.results] if after else [],
             "steps": [r.to_json() for r in report.steps],
+            "verdict": report.verdict.to_json(),
         }
         if drill is not None:
             document["drill"] = drill.summary(report, code)

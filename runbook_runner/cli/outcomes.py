@@ -32,13 +32,17 @@ def check_code(results: Iterable[CheckResult]) -> ExitCode:
 
 def run_code(report: RunReport, *, dry_run: bool, reboot_blocked: bool) -> ExitCode:
     """A finished run's exit code. A step whose command ran out of time and left the goal
-    unmet is 8 (timed out); a reboot not allowed leaves the goal unmet (1); a "no" is 4."""
+    unmet is 8 (timed out); a reboot not allowed leaves the goal unmet (1); a "no" is 4; a
+    run whose checks hold while a GPU of the subject is still held is 9."""
     if report.blocked is not None:
         return ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
     if report.declined:
         return ExitCode.GOAL_NOT_MET if reboot_blocked else ExitCode.DECLINED
-    if dry_run or report.ok:
+    if dry_run:
         return ExitCode.OK
+    if report.ok:
+        # The goal's checks hold; a GPU of the subject still held is not "goal holds".
+        return ExitCode.SUBJECT_HELD if report.verdict.held else ExitCode.OK
     stopped = [r for r in report.steps if r.status in STOPPING]
     if stopped and stopped[-1].status == StepStatus.TIMED_OUT:
         return ExitCode.TIMED_OUT

@@ -223,6 +223,12 @@ def _add_consent_options(sub: argparse.ArgumentParser) -> None:
         help="let a node-wide step (driver reload, reboot) run while processes that are not "
         "the subject's use the node (it stops and names them otherwise, exit 6)",
     )
+    sub.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every rung, the ones not needed too, and what read-only steps printed",
+    )
 
 
 SCENARIO_NAMES = "{scenarios}"

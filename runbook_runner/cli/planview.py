@@ -19,6 +19,7 @@ from typing import Any
 
 from runbook_runner import session
 from runbook_runner.cli import console, render
+from runbook_runner.events import Verdict
 from runbook_runner.plan import planner, saved
 from runbook_runner.plan.planner import Action, Plan, Timing
 from runbook_runner.runbook import Runbook
@@ -155,7 +156,44 @@ def lines(plan: Plan, runbook: Runbook, state: dict[str, Any], style: render.Sty
     if plan.ending is planner.Ending.NEEDS_GATE:
         ending += f" ({plan.gate}; exit {int(plan.exit_code)})"
     shown.append(style(f"the plan: {ending}", "bold"))
+    shown += _verdict(plan, runbook)
     return shown
+
+
+def _verdict(plan: Plan, runbook: Runbook) -> list[str]:
+    """The plan's verdict, in the shape a run ends with: what it would do, what it leaves
+    alone, what is wrong now, and what a person does next."""
+    first = [a for a in plan.first if a.destructive or a.waits]
+    later = [a for a in plan.actions if a.timing in {Timing.IF_STILL, Timing.GATED}]
+    stops = [a for a in plan.actions if a.timing is Timing.STOPS]
+
+    def named(action: Action) -> str:
+        return action.step + (
+            f" ({', '.join(t.key for t in action.targets)})" if action.targets else ""
+        )
+
+    would = "; ".join(named(a) for a in first) or "nothing first"
+    if later:
+        would += "; then, if still needed: " + ", ".join(named(a) for a in later[:4])
+        would += ", ..." if len(later) > 4 else ""
+    if stops:
+        would += f"; stops before {stops[0].step}"
+    wrong = [f"{r.name}: {r.message}" for r in plan.goal if not r.ok]
+    hints = [
+        " ".join(runbook.checks[r.name].hint.split())
+        for r in plan.goal
+        if not r.ok and (r.name in plan.unfixable or stops) and runbook.checks[r.name].hint
+    ]
+    nexts = (
+        hints
+        or (list(runbook.next) if plan.ending is planner.Ending.NOTHING_TO_DO else [])
+        or ["review the plan, then run it (runbook run ..., or --plan FILE to apply exactly it)"]
+    )
+    return render.verdict_lines(
+        Verdict(done=(would,), left_alone=plan.left_alone, still_wrong=tuple(wrong)),
+        nexts,
+        done="would do",
+    )
 
 
 def summary(plan: Plan) -> str:

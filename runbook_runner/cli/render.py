@@ -16,7 +16,7 @@ from runbook_runner.safetext import own_sgr, visible
 from runbook_runner.status import StepStatus
 
 if TYPE_CHECKING:
-    from runbook_runner.events import StepRecord, Waiting
+    from runbook_runner.events import StepRecord, Verdict, Waiting
     from runbook_runner.expect import CheckResult
 
 
@@ -222,22 +222,13 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
     """GPU | MEMORY USED / TOTAL | PROCESSES, then one line of host memory."""
     lines: list[str] = []
     gpus = first_of(runbook, state, "gpus")
-    processes = first_of(runbook, state, "gpu-processes")
     if isinstance(gpus, Unavailable):
         lines.append(f"GPUs: unknown ({gpus.reason})")
     elif gpus is not None:
         rows = []
         for gpu in gpus:
-            on_gpu = []
-            if isinstance(processes, tuple):
-                on_gpu = [
-                    f"{p.pid} {p.process_name or '?'} ({_mib(p.used_memory_mib)} MiB)"
-                    for p in processes
-                    if (p.gpu_bus_id and p.gpu_bus_id == gpu.pci_bus_id)
-                    or (p.gpu_uuid and p.gpu_uuid == gpu.uuid)
-                ]
             used = f"{_mib(gpu.memory_used_mib)} / {_mib(gpu.memory_total_mib)} MiB"
-            rows.append((str(gpu.index), used, ", ".join(on_gpu) or "-"))
+            rows.append((str(gpu.index), used, holders_text(runbook, state, gpu)))
         lines.append(table(rows, ("GPU", "MEMORY USED / TOTAL", "PROCESSES")))
     memory = first_of(runbook, state, "free")
     if isinstance(memory, Unavailable):
@@ -246,6 +237,39 @@ def gpu_table(runbook: Runbook, state: Mapping[str, Any]) -> str:
         lines.append(memory_line(memory))
     lines += owner_lines(runbook, state)
     return "\n".join(lines)
+
+
+def holders_text(runbook: Runbook, state: Mapping[str, Any], gpu: Any) -> str:
+    """Who holds ``gpu``, for a table cell: its --query-compute-apps records (with their
+    memory), else the process-owners records of its device file; '-' for nobody."""
+    processes = first_of(runbook, state, "gpu-processes")
+    on_gpu: list[str] = []
+    if isinstance(processes, tuple):
+        on_gpu = [
+            f"{p.pid} {p.process_name or '?'} ({_mib(p.used_memory_mib)} MiB)"
+            for p in processes
+            if (p.gpu_bus_id and p.gpu_bus_id == gpu.pci_bus_id)
+            or (p.gpu_uuid and p.gpu_uuid == gpu.uuid)
+        ]
+    on_gpu = on_gpu or _holders_of(gpu, first_of(runbook, state, "process-owners"))
+    return ", ".join(on_gpu) or "-"
+
+
+def _holders_of(gpu: Any, owners: Any) -> list[str]:
+    """Who holds ``gpu``'s device file (/dev/nvidiaN, N its minor number, else its index)
+    by the process-owners records: 'PID name (owner)', each once, GPU infrastructure left
+    out (a daemon such as nvidia-persistenced holds every GPU; the owner lines name it). For
+    a GPU no --query-compute-apps record names (none observed, or none with its bus id/UUID)."""
+    minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
+    if minor is None or not isinstance(owners, tuple):
+        return []
+    found: dict[int | None, str] = {}
+    for row in owners:
+        if row.minor_number == minor and row.owner != "infrastructure" and row.pid not in found:
+            name = os.path.basename((row.command or "?").split(" ", 1)[0]) or "?"
+            said = f"{row.pid} {name[:32]} ({row.owner or 'unclassified'})"
+            found[row.pid] = visible(said, lines=False, tabs=False)
+    return list(found.values())
 
 
 _VERDICT: dict[str, str] = {
@@ -322,8 +346,100 @@ _STATUS_STYLE = {
 
 def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
     label, colour = _STATUS_STYLE.get(record.status, (record.status, ""))
+    if record.wait is not None and record.wait.ended == "no-progress" and record.status == "ok":
+        label, colour = "waited", "cyan"  # it showed that waiting cannot help: not a failure
     head = f"  [{number}/{total}] {record.id:<28} {style(f'{label:<9}', colour)} {record.duration_s:6.1f}s"
-    return f"{head}  {record.message}".rstrip() if record.message else head
+    what = record.message
+    if record.targets and record.status == "ok" and record.commands:
+        what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
+    if len(what) > LINE:
+        what = what[: LINE - 1] + "…"
+    return f"{head}  {what}".rstrip() if what else head
+
+
+LINE = 150  # the most of a message a progress or verdict line shows (--json has it whole)
+
+
+def folded_line(steps: Sequence[str]) -> str:
+    """The rungs not needed, as one line (``-v`` lists each with why)."""
+    return f"  - not needed: {', '.join(steps)} ({plural(len(steps), 'rung')}; -v says why)"
+
+
+def before_after(runbook: Runbook, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """GPU | BEFORE | HELD BY | AFTER | HELD BY NOW, one line each (GPUs that read the same
+    fold into one), then host memory before -> after, then who holds the GPUs now."""
+    lines: list[str] = []
+    was, now = first_of(runbook, before, "gpus"), first_of(runbook, after, "gpus")
+    if isinstance(now, Unavailable):
+        lines.append(f"GPUs: unknown ({now.reason})")
+    elif isinstance(now, tuple):
+        old = {g.index: g for g in was} if isinstance(was, tuple) else {}
+        rows: list[list[str]] = []
+        for gpu in now:
+            prior = old.get(gpu.index)
+            cells = [
+                f"{_mib(prior.memory_used_mib)} MiB" if prior is not None else "?",
+                holders_text(runbook, before, prior) if prior is not None else "?",
+                f"{_mib(gpu.memory_used_mib)} / {_mib(gpu.memory_total_mib)} MiB",
+                holders_text(runbook, after, gpu),
+            ]
+            if rows and rows[-1][1:] == cells:  # GPUs that read the same fold into one row
+                rows[-1][0] = _fold(rows[-1][0], gpu.index)
+            else:
+                rows.append([str(gpu.index), *cells])
+        header = ("GPU", "BEFORE", "HELD BY", "AFTER (USED / TOTAL)", "HELD BY NOW")
+        lines.append(table(rows, header))
+    m_was, m_now = first_of(runbook, before, "free"), first_of(runbook, after, "free")
+    if isinstance(m_now, Memory):
+        line = memory_line(m_now)
+        if isinstance(m_was, Memory) and m_was.available_bytes != m_now.available_bytes:
+            line += f"; before: {memory_line(m_was).split(': ', 1)[1]}"
+        lines.append(line)
+    elif isinstance(m_now, Unavailable):
+        lines.append(f"host memory: unknown ({m_now.reason})")
+    lines += owner_lines(runbook, after)
+    return "\n".join(lines)
+
+
+def _fold(indices: str, index: int) -> str:
+    """'1' + 2 -> '1-2'; '1-2' + 3 -> '1-3'; '0,2' + 5 -> '0,2,5' (consecutive runs as ranges)."""
+    head, _, last = indices.rpartition(",")
+    first, _, end = last.partition("-")
+    if int(end or first) == index - 1:
+        return f"{head + ',' if head else ''}{first}-{index}"
+    return f"{indices},{index}"
+
+
+def check_summary(results: Sequence[CheckResult], runbook: Runbook, style: Style) -> str:
+    """The goal's checks: one line when they all hold, else each one that does not."""
+    if all(r.ok for r in results):
+        return "  " + style("ok  ", "green") + f" the goal's {plural(len(results), 'check')} hold"
+    return check_lines([r for r in results if not r.ok], runbook, style)
+
+
+def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done") -> list[str]:
+    """The verdict's lines, the last on the screen: done, left alone, still wrong, next."""
+
+    def cut(text: str) -> str:
+        return text if len(text) <= LINE else text[: LINE - 1] + "…"
+
+    lines = []
+    for label, items, empty in (
+        (done, verdict.done, "nothing changed on the host"),
+        ("left alone", verdict.left_alone, "nothing"),
+        ("still wrong", verdict.held + verdict.still_wrong, "nothing"),
+        ("next", tuple(nexts), "nothing"),
+    ):
+        pad = f"  {' ' * len(label)}  "
+        for i, item in enumerate(items or (empty,)):
+            said, mark, look = item.rpartition(" (look: ")
+            if not mark or not look.endswith(")"):
+                said, look = item, ""
+            line = f"  {label}: {said}" if i == 0 else f"{pad}{said}"
+            lines.append(line if label == "next" else cut(line))  # a command is shown whole
+            if look:  # the command a person runs to look at it, whole, on its own line
+                lines.append(f"{pad}  look: {look[:-1]}")
+    return lines
 
 
 def wait_line(event: Waiting, width: int = 120) -> str:

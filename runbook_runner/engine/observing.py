@@ -71,6 +71,7 @@ class Observing:
     wall_clock: Callable[[], float]
     subject: Subject | None
     changed: dict[str, list[Mapping[str, Any]]]
+    seen: dict[str, Any]  # the last round's observations, kept until something acts
 
     def render(
         self, template: Template, item: Any = None, *, raw: bool = False, masked: bool = False
@@ -94,8 +95,31 @@ class Observing:
             return float(expr.evaluate(value.tree, self.params.__getitem__))
         return value
 
-    def observe(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+    def forget(self) -> None:
+        """Something acted on the host: what was observed before no longer stands for it."""
+        self.seen = {}
+
+    def observe(self, names: Iterable[str] | None = None, *, reuse: bool = False) -> dict[str, Any]:
+        """One observation round: the commands sent together, parsed (the subject's health
+        and units asked once for the round). ``reuse``: what the last rounds saw since
+        nothing acted is taken as it is, and only the rest is asked."""
         wanted = list(self.runbook.observations) if names is None else list(names)
+        if reuse:
+            if any(n not in self.seen for n in wanted):
+                # A new round looks at everything not seen yet: the rungs after this one
+                # read it from here until something acts.
+                self._observe([n for n in self.runbook.observations if n not in self.seen])
+            return {name: self.seen[name] for name in wanted}
+        return self._observe(wanted)
+
+    def _observe(self, wanted: list[str]) -> dict[str, Any]:
+        state = self._round(wanted)
+        self.seen.update(state)
+        return state
+
+    def _round(self, wanted: list[str]) -> dict[str, Any]:
+        if not wanted:
+            return {}
         remote = [n for n in wanted if self.runbook.observations[n].command is not None]
         run_many = getattr(self.transport, "run_many", None)
         if run_many is None or len(remote) < 2:
@@ -219,8 +243,8 @@ class Observing:
         self.on_event(Observed("poll", state, tuple(results)))
         return state, results
 
-    def check_goal(self, label: str) -> Observed:
-        state = self.observe()
+    def check_goal(self, label: str, *, reuse: bool = False) -> Observed:
+        state = self.observe(reuse=reuse)
         results = evaluate_checks(self.runbook.goal, self.runbook, state, self.params, self.changed)
         observed = Observed(label, state, tuple(results))
         self.on_event(observed)

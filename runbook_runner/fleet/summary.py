@@ -20,6 +20,7 @@ from runbook_runner.status import Word
 # interrupted run are worst, because then the fleet was not even fully tried.
 SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.OK,
+    ExitCode.SUBJECT_HELD,
     ExitCode.GOAL_NOT_MET,
     ExitCode.TIMED_OUT,
     ExitCode.CANNOT_TELL,
@@ -49,6 +50,7 @@ class HostKind(Word):
     LOCKED = "locked"
     INTERRUPTED = "interrupted"  # a signal ended the run on this host (the command ended there)
     TIMED_OUT = "timed out"  # a step's command ran out of time and the goal was not reached
+    SUBJECT_HELD = "subject held"  # the goal's checks hold; a GPU of the subject is still held
     JOURNAL = "journal error"
     BAD_INPUT = "bad input"  # this host's own settings (a key file that cannot be read, ...)
     ERROR = "internal error"  # a bug in runbook-runner (exit 70)
@@ -65,11 +67,13 @@ DECLINED = HostKind.DECLINED
 LOCKED = HostKind.LOCKED
 INTERRUPTED = HostKind.INTERRUPTED
 TIMED_OUT = HostKind.TIMED_OUT
+SUBJECT_HELD = HostKind.SUBJECT_HELD
 JOURNAL = HostKind.JOURNAL
 BAD_INPUT = HostKind.BAD_INPUT
 ERROR = HostKind.ERROR
 
 PROGRESS_KINDS = (
+    SUBJECT_HELD,
     FAILING,
     CANNOT_TELL,
     TIMED_OUT,
@@ -95,6 +99,7 @@ KIND_OF_CODE: dict[ExitCode, str] = {
     ExitCode.CANNOT_TELL: CANNOT_TELL,
     ExitCode.JOURNAL: JOURNAL,
     ExitCode.TIMED_OUT: TIMED_OUT,
+    ExitCode.SUBJECT_HELD: SUBJECT_HELD,
     ExitCode.NOT_APPROVED: BAD_INPUT,
     ExitCode.INTERNAL: ERROR,
     ExitCode.INTERRUPTED: INTERRUPTED,

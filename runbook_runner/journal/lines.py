@@ -265,6 +265,8 @@ def run_end(
         extra["lock_release_failed"] = lock_release_failed
     if not_started:
         extra["not_started"] = True
+    if report is not None:
+        extra["verdict"] = report.verdict.to_json()
     return Line(
         "run-end",
         {

@@ -13,6 +13,7 @@ from typing import Any
 
 from runbook_runner.expect import CheckResult, evaluate_checks
 from runbook_runner.plan.actions import Action, Ending, Timing, addressed, changes_host, step_of
+from runbook_runner.plan.ladder import still_needed
 from runbook_runner.runbook import Runbook, Step
 
 
@@ -57,7 +58,7 @@ def ending(
             continue
         if action.timing not in {Timing.FIRST, Timing.IF_STILL, Timing.GATED}:
             continue
-        if action.timing is not Timing.FIRST and not _triggered(step, still, runbook.goal):
+        if action.timing is not Timing.FIRST and not still_needed(step, still):
             continue
         if action.timing is Timing.GATED:
             unmet = sorted(goal_failing & still) or [str(step.id)]
@@ -85,15 +86,6 @@ def ending(
     if all(r.ok for r in goal) and not any(a.timing is Timing.FIRST for a in acting):
         return Ending.NOTHING_TO_DO, None, ()
     return Ending.WOULD_ACT, None, ()
-
-
-def _triggered(step: Step, still: set[str], goal: Sequence[str]) -> bool:
-    """Whether ``step`` would still run once what is no longer in ``still`` was fixed."""
-    if step.skip_if and not set(step.skip_if) & still:
-        return False
-    if step.fixes and not set(step.fixes) & still:
-        return False
-    return not (step.for_each_failing and step.for_each_failing not in still)
 
 
 _HUNG = re.compile(r"task .{0,64}?:(\d+) blocked for more than \d+ seconds")

@@ -25,7 +25,7 @@ from typing import Any
 from runbook_runner.expect import evaluate_checks
 from runbook_runner.format import expr
 from runbook_runner.format.template import Template
-from runbook_runner.plan import decide
+from runbook_runner.plan import decide, ladder
 from runbook_runner.plan.actions import (
     ENDING_CODE,
     NODE_GATE,
@@ -40,6 +40,7 @@ from runbook_runner.plan.actions import (
 from runbook_runner.plan.ending import ending
 from runbook_runner.plan.identity import Target, named_by, target
 from runbook_runner.runbook import Runbook, Step, Subject
+from runbook_runner.status import StepStatus
 
 __all__ = [
     "ENDING_CODE",
@@ -87,12 +88,13 @@ def make_plan(
     """The plan of a run of ``runbook`` on ``state``; ``render`` gives a command's text."""
     goal = tuple(evaluate_checks(runbook.goal, runbook, state, params, {}))
     restoring = {s.id: restored_steps(runbook, s) for s in runbook.steps}
-    decisions = {
-        s.id: decide.decide(
-            runbook, params, state, {}, s, subject=subject, allow_node_wide=allow_node_wide
-        )
-        for s in runbook.steps
-    }
+    decisions = _walk(
+        runbook,
+        params,
+        state,
+        subject,
+        ladder.Gates(allow_reboot=allow_reboot, allow_node_wide=allow_node_wide),
+    )
     actions: list[Action] = []
     not_applicable: list[tuple[str, str]] = []
     not_reached: list[str] = []
@@ -211,6 +213,46 @@ def make_plan(
         finish,
         gate,
     )
+
+
+def _walk(
+    runbook: Runbook,
+    params: Mapping[str, Any],
+    state: Mapping[str, Any],
+    subject: Subject | None,
+    gates: ladder.Gates,
+) -> dict[str, decide.Decision]:
+    """Each rung's move as the run's ladder (plan/ladder.py) makes it on ``state``: the
+    first rung's is the run's own; a later one's holds on the stated assumption that the
+    host looks as it does now, and is shown with the condition it needs then."""
+    history = ladder.History.start(runbook)
+    found: dict[str, decide.Decision] = {}
+    while True:
+        move = ladder.next_move(runbook, params, state, history, subject=subject, gates=gates)
+        if isinstance(move, ladder.Done) or (isinstance(move, ladder.Stop) and move.step is None):
+            return found
+        assert not isinstance(move, ladder.Done)
+        step = move.step
+        assert step is not None
+        if isinstance(move, ladder.Act):
+            found[step.id] = decide.Decision(
+                decide.Verdict.RUN, items=move.items, left_alone=move.left_alone
+            )
+            assumed = ladder.Rung(step.id, StepStatus.OK)
+        elif isinstance(move, ladder.Wait):
+            found[step.id] = decide.Decision(decide.Verdict.RUN, left_alone=move.left_alone)
+            assumed = ladder.Rung(step.id, StepStatus.OK)
+        elif isinstance(move, ladder.Stop) or move.status == StepStatus.BLOCKED:
+            found[step.id] = decide.Decision(
+                decide.Verdict.BLOCKED, move.reason, left_alone=move.left_alone
+            )
+            assumed = ladder.Rung(step.id, StepStatus.BLOCKED)
+        else:
+            found[step.id] = decide.Decision(
+                decide.Verdict.SKIP, move.reason, holds=move.holds, left_alone=move.left_alone
+            )
+            assumed = ladder.Rung(step.id, StepStatus.SKIPPED, move.holds)
+        history = history.then(assumed)
 
 
 def _pair_restores(actions: Sequence[Action]) -> list[Action]:

@@ -69,6 +69,11 @@ class SimGpu:
     def bus_id(self) -> str:
         return f"00000000:{0x18 + 0x10 * self.index:02X}:00.0"
 
+    @property
+    def serial(self) -> str:
+        """Its board serial: 13 digits, as a data-centre GPU's (q-535.161.08-8x-h100.txt)."""
+        return f"{1_650_124_000_000 + self.index}"
+
 
 @dataclass
 class SimProcess:

@@ -54,7 +54,7 @@ _APP_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu, SimProcess], str]]]
     "gpu_uuid": ("", lambda h, g, p: g.uuid),
     "gpu_bus_id": ("", lambda h, g, p: g.bus_id),
     "gpu_name": ("", lambda h, g, p: g.name),
-    "gpu_serial": ("", lambda h, g, p: "[N/A]"),
+    "gpu_serial": ("", lambda h, g, p: g.serial),
     "timestamp": ("", lambda h, g, p: clock(h, "%Y/%m/%d %H:%M:%S.000")),
 }
 

@@ -1,0 +1,112 @@
+"""The run's verdict, pure: what is still held (exit 9), what was left alone (with the
+command a person runs to look at it), as the last lines on the screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runbook_runner.cli import render
+from runbook_runner.cli.outcomes import run_code
+from runbook_runner.events import Observed, RunReport, StepRecord
+from runbook_runner.exitcodes import ExitCode
+from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.runbook import load
+from runbook_runner.status import StepStatus
+
+RUNBOOK = load(Path(__file__).resolve().parent.parent / "runbooks" / "gpu-oom-recovery.yaml")
+
+
+def row(pid: int, gpu: int, **fields: object) -> ProcessOwner:
+    return ProcessOwner(
+        pid=pid, minor_number=gpu, command="python3 -m sglang.launch_server", **fields
+    )  # type: ignore[arg-type]
+
+
+def ended_with(*rows: ProcessOwner) -> RunReport:
+    """A run whose goal's checks all hold (none evaluated here) on a host with ``rows``."""
+    report = RunReport(RUNBOOK)
+    report.after = Observed("after", {"holders": tuple(rows)}, ())
+    return report
+
+
+def test_a_gpu_of_the_subject_held_by_a_broken_server_is_exit_9_not_0():
+    broken = row(
+        4001,
+        0,
+        owner="ours",
+        subject=True,
+        health="failing",
+        disposition="act",
+        reason="broken: its port 30000 is closed, still after 2000 s",
+    )
+    report = ended_with(broken)
+    assert report.verdict.held == (
+        "GPU 0: held by PID 4001 python3 -m sglang.launch_server (broken: its port 30000 is "
+        "closed, still after 2000 s)",
+    )
+    assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.SUBJECT_HELD
+
+
+def test_a_server_healthy_or_judged_starting_within_its_grace_is_not_held():
+    """A server the run started again holds its GPUs as it should while it loads (the
+    launcher's grace and workers judged it starting, plan/ownership.py): exit 0."""
+    healthy = row(4001, 0, owner="ours", subject=True, health="healthy", disposition="leave")
+    starting = row(
+        4002,
+        1,
+        owner="ours",
+        subject=True,
+        health="starting",
+        disposition="leave",
+        reason="starting: up 3 s, its port 30000 is not open yet, 8 of its workers live",
+    )
+    report = ended_with(healthy, starting)
+    assert report.verdict.held == ()
+    assert report.verdict.left_alone == ()  # the server itself is in the GPU table, not here
+    assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.OK
+
+
+def test_what_no_step_may_touch_is_left_alone_with_the_command_to_look_at_it():
+    """A stranger no rung ever reached (its GPU was not failing) is still named, whose it
+    is and why, with the command a person runs; the same PID a rung named is named once."""
+    stranger = row(
+        7001,
+        5,
+        owner="unknown",
+        subject=False,
+        disposition="cannot-tell",
+        evidence="no unit, container, job or session in its cgroup",
+        reason="cannot tell whose it is",
+    )
+    other = row(
+        7100,
+        6,
+        owner="another-owner",
+        subject=False,
+        disposition="leave",
+        evidence="login session-4 of uid 1510",
+        reason="not the subject's",
+    )
+    report = ended_with(stranger, other)
+    left = report.verdict.left_alone
+    assert len(left) == 2, left
+    assert left[0].startswith("PID 7001 (python3 -m sglang.launch_server) on GPU /dev/nvidia5")
+    assert "(look: ps -o pid,user,lstart,args -p 7001; cat /proc/7001/cgroup)" in left[0]
+    lines = render.verdict_lines(report.verdict, ())
+    assert "  look: ps -o pid,user,lstart,args -p 7001; cat /proc/7001/cgroup" in "\n".join(lines)
+    assert all(len(line) <= render.LINE for line in lines)
+
+    report.steps.append(
+        StepRecord(
+            "reset-gpus",
+            StepStatus.OK,
+            0.0,
+            0.0,
+            left_alone=("GPU /dev/nvidia5: held by PID 7001 (...): not reset",),
+        )
+    )
+    again = report.verdict.left_alone
+    assert [said for said in again if "7001" in said] == [
+        "GPU /dev/nvidia5: held by PID 7001 (...): not reset"
+    ]
+    assert any("PID 7100" in said for said in again)
