@@ -295,7 +295,10 @@ def start_test_host(extra_config: str = "", lock_dir: str | None = None) -> Test
         wrapper = root / "bin" / name
         standin_call = f'PYTHONPATH={root / "lib"} exec {python} -S -B -m runbook_runner.simhost.standin {name} "$@"'
         if name == "cat":  # the simulated container files only; the real cat for any other
-            cases = "|".join(CONTAINER_FILES)
+            # and a process's environ, loginuid and mountinfo from the model, never this
+            # machine's (a test's verdict must not depend on who runs it, or where)
+            proc = ("/proc/[0-9]*/environ", "/proc/[0-9]*/loginuid", "/proc/[0-9]*/mountinfo")
+            cases = "|".join((*CONTAINER_FILES, *proc))
             wrapper.write_text(
                 f"#!/bin/bash\nfor a do case $a in {cases}) {standin_call};; esac; done\n"
                 'exec -a cat /bin/cat "$@"\n'

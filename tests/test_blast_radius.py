@@ -39,6 +39,20 @@ class Host:
     text: str
     used_mib: tuple[int, ...]  # per GPU
     health: tuple[int, str]  # the probe's curl exit status and stdout
+    bare: str = ""  # the same listing without the sections of more evidence (@@ proc, @@ mps)
+
+
+# What else a holder's /proc may say of its owner (the runbook's @@ proc lines), or nothing.
+EVIDENCE = (
+    "",
+    "SLURM_JOB_ID=81422",
+    "loginuid=1007",
+    "loginuid=4294967295",
+    "KUBERNETES_SERVICE_HOST=10.96.0.1",
+    "RAY_JOB_ID=02000000",
+    "mount=/var/lib/docker/containers/" + "a" * 64 + "/hostname",
+    "CUDA_VISIBLE_DEVICES=0",
+)
 
 
 @st.composite
@@ -97,14 +111,29 @@ def hosts(draw: Any) -> Host:
                 )
             )
             holds[7510 + n] = draw(gpus)
+    mps: list[str] = []
     if draw(st.booleans()):  # NVIDIA MPS: the control daemon and its server, GPU infrastructure
         rows.append((7800, 1, "root", 9000, "Ssl", FLAT, "nvidia-cuda-mps-control -d"))
         rows.append((7801, 7800, "root", 9000, "Sl", FLAT, "nvidia-cuda-mps-server"))
         holds[7801] = draw(gpus)
+        mps.append("server 7801")
+        # its clients: any process holding a GPU (our schedulers, strangers)
+        mps += [f"client 7801 {pid}" for pid in holds if pid != 7801 and draw(st.booleans())]
+    # More evidence for every holder, ours and strangers alike: it may tell a stranger's
+    # owner, and never makes a process ours or takes one from us.
+    proc = [
+        f"{pid} {found}"
+        for pid in sorted(holds)
+        for found in [draw(st.sampled_from(EVIDENCE))]
+        if found
+    ]
     used = tuple(draw(st.sampled_from([3, 3, 90_000])) for _ in range(8))
     health = draw(st.sampled_from([(0, "200"), (7, ""), (28, ""), (0, "503"), (127, "")]))
-    text = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}))
-    return Host(text, used, health)
+    bare = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}))
+    sections = "@@ proc\n" + "".join(f"{line}\n" for line in proc)
+    sections += "@@ listening\n@@ mps\n" + "".join(f"{line}\n" for line in mps)
+    text = bare.replace("@@ end\n", sections + "@@ end\n")
+    return Host(text, used, health, bare)
 
 
 def classified(host: Host) -> tuple[ProcessOwner, ...]:
@@ -221,6 +250,41 @@ def test_no_step_stops_for_a_holder_it_could_not_reach(host, gate):
             assert targets(decision) == expected, (step_id, decision, before)
         else:
             assert not targets(decision), (step_id, decision)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts())
+def test_more_evidence_only_ever_tells_another_owner(host):
+    """A holder's environment, login, mounts and MPS server never make a process the
+    subject's nor take one from it: what they change is only who else a process is."""
+    told = {r.pid: r for r in classified(host)}
+    before = {r.pid: r for r in classified(Host(host.bare, host.used_mib, host.health))}
+    assert told.keys() == before.keys()
+    for pid, row in told.items():
+        was = before[pid]
+        assert row.subject == was.subject, (row, was)
+        assert (row.owner in {"ours", "orphaned-ours"}) == (was.owner in {"ours", "orphaned-ours"})
+        if row.owner != was.owner:
+            assert (was.owner, row.owner) == ("unknown", "another-owner"), (was, row)
+            assert row.disposition == "leave"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts(), st.booleans())
+def test_an_mps_client_is_ended_only_through_the_control_daemon_and_only_if_ours(host, gate):
+    owners = classified(host)
+    rows = {r.pid: r for r in owners}
+    made = decisions(owners, host.used_mib, gate)
+    ending = made["end-mps-clients"]
+    if ending.verdict is decide.Verdict.RUN:
+        for item in ending.items:
+            assert rows[item.pid].disposition == "act"
+            assert item.mps_server == 7801
+    for step_id, decision in made.items():
+        if decision.verdict is not decide.Verdict.RUN or step_id == "end-mps-clients":
+            continue
+        for item in decision.items:  # the MPS daemons are never a process step's target
+            assert getattr(item, "pid", None) not in {7800, 7801}, (step_id, item)
 
 
 def test_a_stranger_on_gpu5_holds_back_only_gpu5_and_the_node_wide_rungs():

@@ -90,7 +90,7 @@ def test_unknown_gpu_state_blocks_the_destructive_rungs_and_exits_6(gpu_host, ca
     code, out = run(capsys, gpu_host, RECOVERY, "--yes", *FAST)
     assert code == ExitCode.CANNOT_TELL, out
     assert not any(change in line for line in sent(gpu_host) for change in GPU_CHANGES)
-    assert "stopped before step 'stop-crash-looping-unit': blocked: cannot tell:" in out
+    assert "stopped before step 'end-mps-clients': blocked: cannot tell:" in out
     assert "exited 127 (command not found)" in out
     assert "fix: install the command gpus runs" in out
 

@@ -68,6 +68,7 @@ IDIOMS = [
 # One item of each kind a step acts on, as the engine passes them (from the state).
 ITEM = {
     "index": 2,
+    "mps_server": 7801,
     "path": "/dev/shm/sglang_hicache_0",
     "pid": 4123,
     "text": "nvidia-persistenced",

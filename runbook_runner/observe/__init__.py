@@ -211,7 +211,9 @@ PARSERS: dict[str, Parser] = {
         True,
         _owners,
         "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser'; "
-        "fuser -v /dev/nvidia* 2>&1; echo '@@ end' (classified by the runbook's subject)",
+        "fuser -v /dev/nvidia* 2>&1; then, optional, '@@ proc' (PID KEY=VALUE: environment, "
+        "loginuid, mount), '@@ listening' (ss -ltnp), '@@ mps' (server S, client S C); "
+        "echo '@@ end' (classified by the runbook's subject)",
         "ps and fuser",
     ),
     "lines": Parser(TextLine, True, _lines, "one item per non-empty line", "the command"),

@@ -12,6 +12,16 @@ device file and would only fill the output. The cgroup says who started a proces
 controller (``12:pids:/...,11:memory:/...``); the unified (``0::``), the systemd and the
 pids hierarchies are read, in that order.
 
+Then, for each holder of a /dev/nvidia* file (``fuser`` without ``-v`` prints only PIDs),
+what else says whose it is, one ``PID KEY=VALUE`` line each (``@@ proc``): the variables
+of its environment that name an owner (``SLURM_JOB_ID``, ``KUBERNETES_SERVICE_HOST``,
+``RAY_RAYLET_PID`` ...) and ``CUDA_VISIBLE_DEVICES``, its ``loginuid``
+(``/proc/PID/loginuid``: 4294967295 is unset) and the root of the files bind-mounted on its
+``/etc/hostname`` or ``/etc/hosts`` (``/proc/PID/mountinfo``: a container's, from its
+runtime's folder). ``@@ listening`` is ``ss -ltnp`` (which PID listens on which TCP port);
+``@@ mps`` the MPS control daemon's servers and their clients (``server SPID``,
+``client SPID CPID``). Every one of them is data: a word, a number, never run.
+
 One record per process and GPU it holds (``/dev/nvidiaN``); a process that holds only
 node-wide files (``/dev/nvidiactl``) has one record with ``node_wide``; one that holds none
 has one record with neither. A PID that fuser lists and ps does not (another PID
@@ -82,6 +92,78 @@ def owner_of_cgroup(path: str | None) -> tuple[str, str]:
     return "", ""
 
 
+_PROC_LINE = re.compile(r"^(?P<pid>\d+) (?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
+_VALUE_MAX = 120
+_KUBERNETES = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_PORT")
+_RAY = ("RAY_RAYLET_PID", "RAY_JOB_ID", "RAY_ADDRESS", "RAY_NODE_ID")
+_LOGIN_UNSET = 4294967295  # (uid_t) -1: no login (a daemon started by init)
+_MOUNT_OWNERS = (
+    (re.compile(r"/(?:docker/)?containers/(?P<id>[0-9a-f]{12,64})(?:/|$)"), "docker"),
+    (re.compile(r"/overlay-containers/(?P<id>[0-9a-f]{12,64})(?:/|$)"), "podman"),
+    (re.compile(r"/kubelet/pods/(?P<id>[0-9a-f][0-9a-f-]{7,})(?:/|$)"), "kubernetes pod"),
+    (re.compile(r"/sandboxes/(?P<id>[0-9a-f]{12,64})(?:/|$)"), "containerd sandbox"),
+)
+
+
+def container_of_mount(root: str) -> str:
+    """Whose container a bind mount on /etc/hostname or /etc/hosts comes from
+    ('docker 0123456789ab', 'kubernetes pod 5f1c...'), or '' for a path no runtime names."""
+    for pattern, engine in _MOUNT_OWNERS:
+        match = pattern.search(root)
+        if match is not None:
+            return f"{engine} {match['id'][:12]}"
+    return ""
+
+
+def proc_facts(lines: list[str]) -> dict[int, dict[str, object]]:
+    """The ``@@ proc`` section: per PID, the fields of :class:`ProcessOwner` it gives."""
+    facts: dict[int, dict[str, object]] = {}
+    for line in lines:
+        match = _PROC_LINE.match(line.rstrip("\r"))
+        if match is None:
+            continue
+        pid, key, value = int(match["pid"]), match["key"], match["value"].strip()[:_VALUE_MAX]
+        found = facts.setdefault(pid, {})
+        if key == "SLURM_JOB_ID" and value:
+            found["slurm_job_id"] = value
+        elif key in _KUBERNETES and value:
+            found.setdefault("kubernetes", f"{key}={value}")
+        elif key in _RAY and value:
+            found.setdefault("ray", f"{key}={value}")
+        elif key == "CUDA_VISIBLE_DEVICES":
+            found["cuda_visible_devices"] = value
+        elif key == "loginuid" and value.isdigit() and int(value) != _LOGIN_UNSET:
+            found["loginuid"] = int(value)
+        elif key == "mount" and container_of_mount(value):
+            found.setdefault("container_id", container_of_mount(value))
+    return facts
+
+
+def listening_ports(lines: list[str]) -> dict[int, list[int]]:
+    """``ss -ltnp``: per PID, the TCP ports it listens on (lowest first)."""
+    ports: dict[int, set[int]] = {}
+    for line in lines:
+        cells = line.split()
+        if len(cells) < 6 or cells[0] != "LISTEN":
+            continue
+        port = cells[3].rsplit(":", 1)[-1]
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            continue
+        for pid in re.findall(r"pid=(\d+)", " ".join(cells[5:])):
+            ports.setdefault(int(pid), set()).add(int(port))
+    return {pid: sorted(found) for pid, found in ports.items()}
+
+
+def mps_clients(lines: list[str]) -> dict[int, int]:
+    """The MPS control daemon's answer: each client PID and the server PID it is a client of."""
+    clients: dict[int, int] = {}
+    for line in lines:
+        cells = line.split()
+        if len(cells) == 3 and cells[0] == "client" and cells[1].isdigit() and cells[2].isdigit():
+            clients.setdefault(int(cells[2]), int(cells[1]))
+    return clients
+
+
 def parse_owners(text: str) -> tuple[ProcessOwner, ...]:
     sections: dict[str, list[str]] = {"ps": []}
     current = "ps"
@@ -149,7 +231,28 @@ def parse_owners(text: str) -> tuple[ProcessOwner, ...]:
             pid=pid, user=first.user, command=first.command, owner_kind="", owner_name=""
         )
         records += _per_device(base, files, listed=False)
-    return tuple(records)
+    return tuple(_with_evidence(records, sections))
+
+
+def _with_evidence(
+    records: list[ProcessOwner], sections: dict[str, list[str]]
+) -> list[ProcessOwner]:
+    facts = proc_facts(sections.get("proc", []))
+    ports = listening_ports(sections.get("listening", []))
+    clients = mps_clients(sections.get("mps", []))
+    out: list[ProcessOwner] = []
+    for record in records:
+        pid = record.pid
+        if pid is None:
+            out.append(record)
+            continue
+        more: dict[str, object] = dict(facts.get(pid, {}))
+        if pid in ports:
+            more["listening"] = ",".join(str(p) for p in ports[pid])
+        if pid in clients:
+            more["mps_server"] = clients[pid]
+        out.append(replace(record, **more) if more else record)  # type: ignore[arg-type]
+    return out
 
 
 def _per_device(

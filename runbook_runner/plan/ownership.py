@@ -27,6 +27,7 @@ plan/permission.py turns these verdicts into what a destructive step may touch.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -218,6 +219,9 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
         elif _describe_owner(facts):
             process.owner = Owner.ANOTHER_OWNER
             process.evidence = f"another owner's: {_describe_owner(facts)}"
+        elif _told_otherwise(table, pid, chain):
+            process.owner = Owner.ANOTHER_OWNER
+            process.evidence = f"another owner's: {_told_otherwise(table, pid, chain)}"
         else:
             process.owner = Owner.UNKNOWN
             process.evidence = (
@@ -253,6 +257,14 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             member.instance = key
     _other_users_servers(subject, table)
     for process in table.values():
+        server = process.facts.mps_server
+        if server is not None and process.owner is not Owner.INFRASTRUCTURE:
+            process.evidence += (
+                f"; a client of MPS server PID {server} (nvidia-cuda-mps-control "
+                "get_client_list): ended by the control daemon's terminate_client, never "
+                "by a signal first"
+            )
+    for process in table.values():
         if process.owner is not Owner.OURS or process.instance is None:
             continue
         top = table[process.instance].facts
@@ -265,6 +277,45 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
 
 
 RAY_DAEMONS = frozenset({"raylet", "gcs_server"})
+# sshd names a login's session process "sshd: USER@pts/N" (or "USER@notty"): what descends
+# from one was started from that login.
+_SSHD_LOGIN = re.compile(r"^sshd: (?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31})@(?P<tty>\S+)")
+
+
+def _told_otherwise(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
+    """Where a cgroup names no owner, what else does, with where it was read, or ''.
+
+    Each only ever proves a process *another* owner's (never the subject's: the subject's
+    own processes are told by its launcher, workers and their descendants): a Slurm job's
+    (SLURM_JOB_ID in its environment), a container's (its /etc/hostname bind-mounted from
+    a container runtime's folder), a Kubernetes pod's (KUBERNETES_* in its environment),
+    an SSH login's (a ``sshd: USER@TTY`` ancestor), a login's (its loginuid is set: the
+    kernel's audit record of the login it was started from, kept through su, sudo and
+    nohup).
+    """
+    facts = table[pid].facts
+    if facts.slurm_job_id:
+        return f"Slurm job {facts.slurm_job_id} (SLURM_JOB_ID in /proc/{pid}/environ)"
+    if facts.container_id:
+        return (
+            f"container {facts.container_id} (its /etc/hostname comes from the runtime's "
+            f"folder: /proc/{pid}/mountinfo)"
+        )
+    if facts.kubernetes:
+        return f"a Kubernetes pod ({facts.kubernetes} in /proc/{pid}/environ)"
+    for ancestor in chain:
+        login = _SSHD_LOGIN.match(table[ancestor].facts.command or "")
+        if login is not None:
+            return (
+                f"started from {login['user']}'s SSH login ({login['tty']}, sshd PID "
+                f"{ancestor}: parent chain)"
+            )
+    if facts.loginuid is not None:
+        return (
+            f"started from the login of uid {facts.loginuid} (/proc/{pid}/loginuid), "
+            f"running as {facts.user or '?'}"
+        )
+    return ""
 
 
 def _ray(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
@@ -285,6 +336,11 @@ def _ray(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
         return (
             f"a Ray cluster's: {executable(command)[:40]}; Ray restarts its "
             "actors, so only the cluster's owner stops it (ray stop)"
+        )
+    if table[pid].facts.ray:
+        return (
+            f"a Ray cluster's: {table[pid].facts.ray} in /proc/{pid}/environ; Ray restarts "
+            "its actors, so only the cluster's owner stops it (ray stop)"
         )
     return ""
 
@@ -313,6 +369,39 @@ def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
         )
 
 
+def health_port(
+    subject: Subject, table: Mapping[int, _Process], instance: int
+) -> tuple[int | None, str]:
+    """The port to ask an instance's health on, and how it was told: the ``--port`` of its
+    command lines; else the one port its launcher listens on (``ss -ltnp``: a port set in
+    a config file is not on the command line); else, of several, the kind's default if it
+    is one of them; else the kind's default (a launcher that listens on nothing yet is
+    loading). Several ports, none the default: (None, why)."""
+    members = [p for p in table.values() if p.instance == instance]
+    flag_only = dataclasses.replace(subject, ports=())
+    for member in members:
+        flagged = flag_only.port_of(member.facts.command or "")
+        if flagged is not None:
+            return flagged, "its --port"
+    root = table[instance].facts
+    default = next(
+        (d for d in (subject.port_of(m.facts.command or "") for m in members) if d is not None),
+        None,
+    )
+    listening = [int(p) for p in (root.listening or "").split(",") if p.isdigit()]
+    if len(listening) == 1:
+        return listening[0], "the one port its launcher listens on (ss -ltnp)"
+    if listening and default in listening:
+        return default, "its kind's default, one of the ports its launcher listens on (ss -ltnp)"
+    if listening:
+        ports = ", ".join(str(p) for p in listening)
+        return None, (
+            f"its launcher listens on ports {ports} (ss -ltnp), no --port says which serves "
+            "its health, and none is its kind's default"
+        )
+    return default, "its kind's default" if default is not None else ""
+
+
 def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
     """The health requests to make: one per live instance of the subject with a launcher."""
     if not subject.health_path:
@@ -323,15 +412,7 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
     for pid, process in sorted(table.items()):
         if process.owner is not Owner.OURS or process.instance != pid:
             continue
-        members = [p for p in table.values() if p.instance == pid]
-        port = next(
-            (
-                found
-                for found in (subject.port_of(m.facts.command or "") for m in members)
-                if found is not None
-            ),
-            None,
-        )
+        port, _ = health_port(subject, table, pid)
         if port is None:
             continue
         url = f"http://127.0.0.1:{port}{subject.health_path}"
@@ -358,6 +439,10 @@ def classify(
     verdicts: dict[int, tuple[Disposition, str, str, int | None]] = {}
     for pid, process in table.items():
         verdicts[pid] = _disposition(subject, table, process, health, asked, restarts or {})
+    held: dict[int, set[int]] = {}
+    for record in records:
+        if record.pid is not None and record.minor_number is not None:
+            held.setdefault(record.pid, set()).add(record.minor_number)
     out: list[ProcessOwner] = []
     for record in records:
         if record.pid is None:
@@ -369,6 +454,10 @@ def classify(
         if not interesting:
             continue
         disposition, reason, state, port = verdicts[record.pid]
+        evidence = process.evidence + _visible_devices(record, held.get(record.pid, ()))
+        if process.owner in OURS and port is not None and process.instance is not None:
+            how = health_port(subject, table, process.instance)[1]
+            evidence += f"; its health port {port}: {how}" if how else ""
         healthy = len(
             {
                 p.instance
@@ -380,7 +469,7 @@ def classify(
             dataclasses.replace(
                 record,
                 owner=str(process.owner),
-                evidence=process.evidence,
+                evidence=evidence,
                 subject=process.owner in OURS,
                 instance=process.instance,
                 port=port,
@@ -392,6 +481,25 @@ def classify(
             )
         )
     return tuple(out)
+
+
+def _visible_devices(record: ProcessOwner, minors: Iterable[int]) -> str:
+    """What its CUDA_VISIBLE_DEVICES says beside the device files it holds: a note for the
+    record, never a verdict (CUDA numbers the GPUs it is shown in its own order, not by
+    minor number). A process that holds more GPUs' files than it was shown took GPUs it
+    was not given (someone set CUDA_VISIBLE_DEVICES by hand, or a child reset it)."""
+    visible = record.cuda_visible_devices
+    if visible is None or record.pid is None:
+        return ""
+    held = sorted(minors)
+    shown = [v for v in visible.split(",") if v.strip()]
+    files = ", ".join(f"/dev/nvidia{m}" for m in held) or "no GPU's device file"
+    note = (
+        f"; its CUDA_VISIBLE_DEVICES={visible[:40]} (/proc/{record.pid}/environ), it holds {files}"
+    )
+    if len(held) > len(shown):
+        note += f": more GPUs than the {len(shown)} it was shown"
+    return note
 
 
 def _starting(
@@ -465,7 +573,7 @@ def _disposition(
     assert process.instance is not None
     members = [p for p in table.values() if p.instance == process.instance]
     root = table[process.instance].facts
-    port = subject.port_of(root.command or "")
+    port, port_note = health_port(subject, table, process.instance)
     stuck = [p.facts.pid for p in members if (p.facts.state or "") in {"D", "Z"}]
     probe = health.get(process.instance)
     if probe is not None and probe.health is Health.HEALTHY:
@@ -522,10 +630,10 @@ def _disposition(
         )
     if not subject.health_path:
         return Disposition.ACT, "the subject declares no health check", "", port
+    why = port_note or "no --port on its command line, and no default for its kind"
     return (
         Disposition.CANNOT_TELL,
-        "whether the server is broken cannot be told: no port to ask its health on "
-        "(no --port on its command line, and no default for its kind)",
+        f"whether the server is broken cannot be told: no port to ask its health on ({why})",
         str(Health.CANNOT_TELL),
         port,
     )

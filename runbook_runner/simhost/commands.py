@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from runbook_runner.simhost.env import Command, Env, ProcessTable, option
 from runbook_runner.simhost.file_tools import fuser, rm, stat_
-from runbook_runner.simhost.gpu_tools import lsmod, modprobe, nvidia_smi, rmmod
+from runbook_runner.simhost.gpu_tools import (
+    lsmod,
+    modprobe,
+    nvidia_cuda_mps_control,
+    nvidia_smi,
+    rmmod,
+)
 from runbook_runner.simhost.process_tools import pgrep, pkill, ps
 from runbook_runner.simhost.system_tools import (
     curl,
@@ -23,6 +29,7 @@ from runbook_runner.simhost.system_tools import (
     journalctl,
     reboot,
     record_only,
+    ss,
     systemctl,
 )
 
@@ -47,4 +54,6 @@ COMMANDS: dict[str, Command] = {
     "curl": curl,
     "ps": ps,
     "journalctl": journalctl,
+    "ss": ss,
+    "nvidia-cuda-mps-control": nvidia_cuda_mps_control,
 }

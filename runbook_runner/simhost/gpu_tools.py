@@ -185,3 +185,55 @@ def modprobe(env: Env, args: list[str]) -> int:
             host.act("load the driver")
         host.driver_loaded = True
     return 0
+
+
+def nvidia_cuda_mps_control(env: Env, args: list[str]) -> int:
+    """nvidia-cuda-mps-control, one command of its stdin per call (the stand-in's wrapper
+    reads the lines): ``get_server_list``, ``get_client_list SERVER``, ``terminate_client
+    SERVER CLIENT`` (recorded ``terminate_client CLIENT``; the client exits, its work
+    cancelled by the server, as NVIDIA documents). A host with no control daemon running
+    answers as the real one does without its pipe."""
+    host = env.host
+
+    def executable(command: str) -> str:
+        return command.split(" ")[0].rsplit("/", 1)[-1]
+
+    daemons = [
+        p
+        for p in host.processes
+        if executable(p.cmdline) == "nvidia-cuda-mps-control" and env.procs.alive(p.pid)
+    ]
+    if not daemons:
+        env.err("Cannot find MPS control daemon process\n")
+        return 1
+    words = " ".join(args).split()
+    servers = [
+        p
+        for p in host.processes
+        if executable(p.cmdline) == "nvidia-cuda-mps-server" and env.procs.alive(p.pid)
+    ]
+    if words == ["get_server_list"]:
+        env.out("".join(f"{p.pid}\n" for p in servers))
+        return 0
+    if len(words) == 2 and words[0] == "get_client_list" and words[1].isdigit():
+        server = int(words[1])
+        clients = [p for p in host.processes if p.mps_server == server and env.procs.alive(p.pid)]
+        env.out("".join(f"{p.pid}\n" for p in clients))
+        return 0
+    if len(words) == 3 and words[0] == "terminate_client" and all(w.isdigit() for w in words[1:]):
+        server, pid = int(words[1]), int(words[2])
+        client = next(
+            (
+                p
+                for p in host.processes
+                if p.pid == pid and p.mps_server == server and env.procs.alive(p.pid)
+            ),
+            None,
+        )
+        host.act(f"terminate_client {pid}")
+        if client is not None and client.exits_at is None:
+            client.exits_at = host.now + 1.0  # the server cancels its work; it exits
+        env.out("0\n" if client is not None else "")
+        return 0
+    env.err(f"Unknown command: {' '.join(words)[:60]}\n")
+    return 1

@@ -599,3 +599,143 @@ def mig_gpu1_in_use() -> SimHost:
         )
     ]
     return host
+
+
+def flat_cgroups_told_by_environment() -> SimHost:
+    """A flat node (every cgroup '/'), our TP4 server crashed on GPUs 0-3 (memory held, no
+    process left); five other owners' jobs hold GPUs 4-7, their cgroups saying nothing:
+    a Slurm job step (SLURM_JOB_ID in its environment), a pod's container sharing the
+    host's PID namespace (its /etc/hostname from the kubelet's pod folder,
+    KUBERNETES_SERVICE_HOST), a job bob runs from his SSH login beside a Ray worker whose
+    raylet runs in a container (RAY_RAYLET_PID in its environment), and one carol started
+    with nohup and logged out (its loginuid still hers)."""
+    host = eight_gpu_server()
+    for index in range(4):
+        host.gpu(index).orphaned_mib = 91_000
+    pod = "5f1c2a3b-9d8e-4f70-a1b2-c3d4e5f60718"
+    job = dict(host_bytes=8 * GIB, teardown_s=5.0, cgroup=FLAT, born=-7200.0)
+    host.processes = [
+        SimProcess(
+            pid=7001,
+            ppid=6990,
+            cmdline="python3 train.py --config ablation-12.yaml",
+            gpu_mib={"4": 80_000},
+            user="alice",
+            environ={"SLURM_JOB_ID": "81422", "CUDA_VISIBLE_DEVICES": "4"},
+            **job,  # type: ignore[arg-type]
+        ),
+        SimProcess(
+            pid=7002,
+            cmdline="python3 -m embeddings.serve --port 9000",
+            gpu_mib={"5": 40_000},
+            environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": "embed-7c9d-x2k"},
+            mountinfo=(
+                f"1203 1187 259:2 /var/lib/kubelet/pods/{pod}/etc-hosts /etc/hosts rw,"
+                "relatime - ext4 /dev/nvme0n1p2 rw\n"
+            ),
+            **job,  # type: ignore[arg-type]
+        ),
+        SimProcess(pid=6980, cmdline="sshd: bob@pts/3", user="root", cgroup=FLAT),
+        SimProcess(pid=6981, ppid=6980, cmdline="-bash", user="bob", cgroup=FLAT),
+        SimProcess(
+            pid=7003,
+            ppid=6981,
+            cmdline="python3 eval.py --ckpt /scratch/bob/step-9000",
+            gpu_mib={"6": 30_000},
+            user="bob",
+            **job,  # type: ignore[arg-type]
+        ),
+        SimProcess(
+            pid=7005,
+            cmdline="python3 -u rollout_worker.py",
+            gpu_mib={"6": 20_000},
+            user="dave",
+            environ={"RAY_RAYLET_PID": "6411", "RAY_NODE_ID": "a1b2c3d4e5f6"},
+            **job,  # type: ignore[arg-type]
+        ),
+        SimProcess(
+            pid=7004,
+            cmdline="python3 finetune.py --lr 2e-5",
+            gpu_mib={"7": 60_000},
+            user="carol",
+            loginuid=1007,
+            **job,  # type: ignore[arg-type]
+        ),
+    ]
+    return host
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control -d"
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def mps_client_hung() -> SimHost:
+    """GPUs shared through NVIDIA MPS: the control daemon and its server (which holds every
+    GPU) are infrastructure. Two SGLang servers of ours are its clients: the one on GPUs 0-3
+    (port 30000) hangs, the one on GPUs 4-7 (port 30001) serves."""
+    host = eight_gpu_server()
+    daemon = SimProcess(pid=7800, cmdline=MPS_CONTROL, born=-86_400.0)
+    server = SimProcess(
+        pid=7801,
+        ppid=7800,
+        cmdline=MPS_SERVER,
+        gpu_mib={str(i): 0 for i in range(8)},
+        born=-86_000.0,
+    )
+    processes = [daemon, server]
+    for launcher, port, health, gpus in (
+        (4101, 30000, "hung", range(4)),
+        (4201, 30001, "ok", range(4, 8)),
+    ):
+        command = LAUNCH.replace("--tp-size 8", "--tp-size 4") + f" --port {port}"
+        processes.append(
+            SimProcess(pid=launcher, cmdline=command, teardown_s=1.0, listens=port, health=health)
+        )
+        for rank, gpu in enumerate(gpus):
+            processes.append(
+                SimProcess(
+                    pid=launcher + 19 + rank,
+                    ppid=launcher,
+                    cmdline=f"sglang::scheduler_TP{rank}",
+                    gpu_mib={str(gpu): 90_112},
+                    host_bytes=38 * GIB,
+                    teardown_s=10.0,
+                    mps_server=7801,
+                )
+            )
+    host.processes = processes
+    return host
+
+
+def port_from_config() -> SimHost:
+    """Two vLLM servers of ours started from config files, so no --port on either command
+    line: the one on GPUs 0-3 listens on 8100 and hangs; the one on GPUs 4-7 listens on
+    8000 (vLLM's default) and serves. Asked on the default port alone, both look healthy."""
+    host = eight_gpu_server()
+    processes: list[SimProcess] = []
+    for launcher, model, port, health, gpus in (
+        (5101, "llama-3.1-70b", 8100, "hung", range(4)),
+        (5201, "qwen3-32b", 8000, "ok", range(4, 8)),
+    ):
+        processes.append(
+            SimProcess(
+                pid=launcher,
+                cmdline=f"/usr/bin/python3 /usr/local/bin/vllm serve --config /etc/vllm/{model}.yaml",
+                teardown_s=1.0,
+                listens=port,
+                health=health,
+            )
+        )
+        for rank, gpu in enumerate(gpus):
+            processes.append(
+                SimProcess(
+                    pid=launcher + 19 + rank,
+                    ppid=launcher,
+                    cmdline=f"VLLM::Worker_TP{rank}",
+                    gpu_mib={str(gpu): 88_000},
+                    host_bytes=20 * GIB,
+                    teardown_s=8.0,
+                )
+            )
+    host.processes = processes
+    return host

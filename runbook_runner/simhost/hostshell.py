@@ -62,7 +62,10 @@ SERVED = (
     "journalctl",
     "kill",
     "sleep",
+    "ss",
 )
+# Answered one line of stdin at a time (a control daemon's commands come on its stdin).
+STDIN_LINES = ("nvidia-cuda-mps-control",)
 # Answered by the stand-in server only for the simulated paths; the real tool otherwise.
 PATHS_ONLY = ("cat", "stat", "rm")
 
@@ -211,6 +214,16 @@ def _paths_wrapper(name: str, client: str, patterns: list[str]) -> str:
     )
 
 
+def _lines_wrapper(name: str, client: str) -> str:
+    """A tool that reads its commands from stdin: one call per line."""
+    call = f"{client} {name}"
+    return (
+        f'#!/bin/sh\n[ $# -gt 0 ] && exec {call} "$@"\nstatus=0\n'
+        f'while IFS= read -r line || [ -n "$line" ]; do {call} "$line" || status=$?; done\n'
+        "exit $status\n"
+    )
+
+
 def _missing(name: str) -> str:
     """A tool the simulated host does not have: as the login shell answers for one."""
     return f'#!/bin/sh\necho "bash: line 1: {name}: command not found" >&2\nexit 127\n'
@@ -223,8 +236,13 @@ def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
         name: _missing(name) if name in host.missing_commands else _wrapper(name, client)
         for name in SERVED
     }
+    for name in STDIN_LINES:
+        missing = name in host.missing_commands
+        scripts[name] = _missing(name) if missing else _lines_wrapper(name, client)
     shm = [f"{SHM_DIR}/*"]
-    cat = ["/proc/meminfo", "/proc/[0-9]*/environ", "/proc/[0-9]*/cgroup", "/proc/[0-9]*/cmdline"]
+    cat = ["/proc/meminfo"]
+    cat += [f"/proc/[0-9]*/{name}" for name in ("environ", "cgroup", "cmdline", "loginuid")]
+    cat += ["/proc/[0-9]*/mountinfo"]
     cat += [shlex.quote(p) for p in sorted({*host.files, *CONTAINER_FILES})]
     for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm)):
         scripts[name] = _paths_wrapper(name, client, patterns)

@@ -102,6 +102,9 @@ class SimProcess:
     environ: dict[str, str] = field(default_factory=dict)  # /proc/PID/environ
     mig_gi: int | None = None  # the MIG GPU and compute instance it runs in (MIG mode only)
     mig_ci: int | None = None
+    loginuid: int | None = None  # /proc/PID/loginuid; None: unset (4294967295), as for a daemon
+    mountinfo: str = ""  # /proc/PID/mountinfo (a container's binds its /etc/hostname)
+    mps_server: int | None = None  # the MPS server (its PID) this process is a client of
 
     def cgroup_path(self) -> str:
         if self.cgroup:

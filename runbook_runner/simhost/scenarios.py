@@ -32,12 +32,14 @@ from runbook_runner.simhost.hosts import (
     ecc_recurring,
     flat_cgroups_other_team,
     flat_cgroups_reset_refused,
+    flat_cgroups_told_by_environment,
     gpu6_unknown_error,
     healthy_server,
     host_ram_leak,
     host_ram_unpinning,
     leaked_shm,
     mig_gpu1_in_use,
+    mps_client_hung,
     nccl_rank_died,
     nohup_job_beside_orphans,
     nvidia_smi_missing,
@@ -47,6 +49,7 @@ from runbook_runner.simhost.hosts import (
     other_team_on_gpu5,
     pattern_mismatch,
     persistence_blocks_reset,
+    port_from_config,
     ray_cluster_beside,
     seed_launcher_alive,
     shared_kv_cache_server,
@@ -611,6 +614,72 @@ MATRIX += (
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         left_alone=(7601, 7701),
         thread="https://github.com/LMCache/LMCache/issues/651",
+    ),
+)
+
+MATRIX += (
+    Scenario(
+        "flat-cgroups-owners-told",
+        "on a flat node, five other owners' jobs hold GPUs 4-7 and their cgroups say nothing: "
+        "their environment, mounts, login and sshd say whose they are; our GPUs 0-3 are reset",
+        flat_cgroups_told_by_environment,
+        wrong="orphaned memory on GPUs 0-3; on GPUs 4-7, in the same cgroup as everything "
+        "else: a Slurm job step (SLURM_JOB_ID=81422), a pod's container sharing the host's "
+        "PID namespace, bob's job under his SSH login and a Ray worker (RAY_RAYLET_PID) on "
+        "GPU 6, carol's nohup job (loginuid 1007)",
+        expert="reset GPUs 0-3; leave the five jobs and GPUs 4-7 alone, each named with whose "
+        "it is (the job's, the pod's, bob's, the Ray cluster's, carol's login): ask them, do "
+        "not kill them (a Ray worker killed is only restarted)",
+        actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
+        ideal_s=40,
+        lesson="where the cgroup says nothing, /proc/PID/environ, mountinfo and loginuid "
+        "still name an owner; each only ever proves a process someone else's",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(7001, 7002, 7003, 7004, 7005),
+        thread="https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/73",
+    ),
+    Scenario(
+        "mps-client-hung",
+        "two servers of ours share the GPUs through NVIDIA MPS and one hangs: its clients are "
+        "ended by the MPS control daemon's terminate_client, never signalled first",
+        mps_client_hung,
+        wrong="an MPS control daemon and server hold every GPU; the SGLang server on GPUs 0-3 "
+        "(port 30000) never answers /health; the one on GPUs 4-7 (port 30001) serves, a "
+        "client of the same MPS server",
+        expert="terminate_client each of the hung server's four schedulers (echo "
+        "'terminate_client 7801 PID' | nvidia-cuda-mps-control), then SIGTERM its launcher, "
+        "which holds no GPU; never signal an MPS client with work outstanding (it can leave "
+        "the server and the healthy server's clients undefined), never the MPS daemons",
+        actions=(
+            "terminate_client 4120",
+            "terminate_client 4121",
+            "terminate_client 4122",
+            "terminate_client 4123",
+            "SIGTERM 4101",
+        ),
+        ideal_s=20,
+        lesson="an MPS client is ended through its server, so the server's other clients "
+        "are not hurt",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(4201, 4220, 4221, 4222, 4223),
+        thread="https://github.com/sgl-project/sglang-omni/pull/1635",
+    ),
+    Scenario(
+        "port-from-config",
+        "two vLLM servers started from config files, neither with --port: the port each "
+        "listens on (ss -ltnp) is where its health is asked, not vLLM's default",
+        port_from_config,
+        wrong="vLLM on GPUs 0-3 listens on 8100 (its config file) and hangs; vLLM on GPUs "
+        "4-7 listens on 8000 and serves; asked on port 8000 alone, both answer 200",
+        expert="ask each server on the port it listens on: the one on 8100 times out, SIGTERM "
+        "it and its four workers; leave the one on 8000 alone",
+        actions=_pids(5101, 5120, 5121, 5122, 5123),
+        ideal_s=20,
+        lesson="a server's health is asked on the socket it listens on: a default port may "
+        "be another server's",
+        page="pitfalls/ours-and-broken.md#broken-before-destructive",
+        left_alone=(5201, 5220, 5221, 5222, 5223),
+        thread="https://github.com/mostlygeek/llama-swap/issues/279",
     ),
 )
 

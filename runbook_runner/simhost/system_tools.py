@@ -258,3 +258,22 @@ def journalctl(env: Env, args: list[str]) -> int:
 
 def record_only(env: Env, args: list[str]) -> int:
     return 0
+
+
+def ss(env: Env, args: list[str]) -> int:
+    """ss -ltnp: the TCP ports the simulated processes listen on, each with its process
+    (``users:(("python3",pid=4101,fd=23))``), as iproute2 prints them."""
+    flags = "".join(a.lstrip("-") for a in args if a.startswith("-") and not a.startswith("--"))
+    if "l" not in flags or "t" not in flags:
+        env.err("ss: only the listening TCP sockets (-ltn) are simulated\n")
+        return 1
+    host = env.host
+    if "H" not in flags:
+        env.out("State  Recv-Q Send-Q Local Address:Port  Peer Address:Port Process\n")
+    for p in host.processes:
+        if p.listens is None or not env.procs.alive(p.pid) or host.now < p.starts_at:
+            continue
+        name = p.cmdline.split(" ")[0].rsplit("/", 1)[-1][:15]
+        users = f'users:(("{name}",pid={p.pid},fd=23))' if "p" in flags else ""
+        env.out(f"LISTEN 0      2048         0.0.0.0:{p.listens}      0.0.0.0:*    {users}\n")
+    return 0

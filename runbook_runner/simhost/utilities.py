@@ -81,9 +81,12 @@ def kill(env: Env, args: list[str]) -> int:
     return status
 
 
+_PROC_FILE = re.compile(r"/proc/(\d+)/(environ|cgroup|cmdline|loginuid|mountinfo)")
+
+
 def cat(env: Env, args: list[str]) -> int:
     """cat FILE...: /proc/meminfo from the model, a simulated process's /proc/PID/environ,
-    cgroup and cmdline, and the files a state file gives."""
+    cgroup, cmdline, loginuid and mountinfo, and the files a state file gives."""
     status = 0
     for path in [a for a in args if a != "--"]:
         if path == "/proc/meminfo":
@@ -93,13 +96,17 @@ def cat(env: Env, args: list[str]) -> int:
         elif path in CONTAINER_FILES:  # a host not in a container, with no cgroup limit
             env.err(f"cat: {path}: No such file or directory\n")
             status = 1
-        elif (match := re.fullmatch(r"/proc/(\d+)/(environ|cgroup|cmdline)", path)) is not None:
+        elif (match := _PROC_FILE.fullmatch(path)) is not None:
             process = next((p for p in env.host.processes if p.pid == int(match[1])), None)
             if process is None or not env.procs.alive(process.pid):
                 env.err(f"cat: {path}: No such file or directory\n")
                 status = 1
             elif match[2] == "environ":
                 env.out("".join(f"{k}={v}\0" for k, v in process.environ.items()))
+            elif match[2] == "loginuid":
+                env.out(str(4294967295 if process.loginuid is None else process.loginuid))
+            elif match[2] == "mountinfo":
+                env.out(process.mountinfo)
             elif match[2] == "cgroup":
                 env.out(f"0::{process.cgroup_path()}\n")
             else:
