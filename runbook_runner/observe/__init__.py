@@ -17,6 +17,7 @@ from runbook_runner.observe import (
     meminfo,
     memlimit,
     number,
+    nvidia_fabric,
     nvidia_mig,
     nvidia_smi,
     nvidia_smi_q,
@@ -34,6 +35,7 @@ from runbook_runner.observe.state import (
     DeviceHolder,
     Filesystem,
     Gpu,
+    GpuFabric,
     GpuInstance,
     GpuProcess,
     HostProcess,
@@ -78,6 +80,10 @@ def _gpus_detail(text: str, status: int, command: str) -> Any:
 
 def _gpu_processes_detail(text: str, status: int, command: str) -> Any:
     return nvidia_smi_q.parse_processes(text, status)
+
+
+def _gpu_fabric(text: str, status: int, command: str) -> Any:
+    return nvidia_fabric.parse_fabric(text, status)
 
 
 def _gpu_list(text: str, status: int, command: str) -> Any:
@@ -180,6 +186,15 @@ PARSERS: dict[str, Parser] = {
         _gpu_processes_detail,
         "nvidia-smi -q -d PIDS: each process with its GPU and, in MIG mode, its GPU and "
         "compute instance",
+        "nvidia-smi",
+    ),
+    "gpu-fabric": Parser(
+        GpuFabric,
+        True,
+        _gpu_fabric,
+        "echo '@@ topo'; nvidia-smi topo -m; echo '@@ fabric-manager'; systemctl is-active "
+        "nvidia-fabricmanager; echo '@@ query'; nvidia-smi -q: each GPU with its NVLink "
+        "peers, architecture and fabric state (what a reset of it reaches: plan/fabric.py)",
         "nvidia-smi",
     ),
     "gpu-list": Parser(

@@ -10,7 +10,7 @@ desired and the observed state.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from runbook_runner.expect import (
     outcome,
 )
 from runbook_runner.observe.state import Unavailable
-from runbook_runner.plan import permission
+from runbook_runner.plan import fabric, permission
 from runbook_runner.runbook import Runbook, Step, Subject
 from runbook_runner.status import RUNNER_CONDITIONS, CheckStatus, Condition, Word
 
@@ -48,6 +48,8 @@ class Decision:
 
 # A step whose command stops a service (the GPU services' stop is a node-wide rung).
 _STOPS = re.compile(r"\bsystemctl\s+(stop|restart|kill)\b")
+# A step whose command resets GPUs (what the reset reaches may be more than its GPU).
+_RESETS = re.compile(r"--gpu-reset\b|\bnvidia-smi\b.*\s-r\b")
 
 
 def observations_needed(runbook: Runbook, step: Step) -> list[str]:
@@ -60,6 +62,8 @@ def observations_needed(runbook: Runbook, step: Step) -> list[str]:
         names |= set(runbook.observations_read_by(step.when))
     if step.destructive and runbook.subject is not None:
         names |= {n for n, o in runbook.observations.items() if o.parser == "process-owners"}
+        if _resets(step):
+            names |= {n for n, o in runbook.observations.items() if o.parser == "gpu-fabric"}
     return [name for name in runbook.observations if name in names]
 
 
@@ -143,6 +147,7 @@ def _owned(
         owners,
         allow_node_wide=allow_node_wide,
         stops=step.run is not None and _STOPS.search(step.run.source) is not None,
+        reach=_reach(runbook, state) if _resets(step) else None,
     )
     if allowed.blocked:
         return Decision(
@@ -162,6 +167,26 @@ def _owned(
     return Decision(
         Verdict.RUN, items=items, left_alone=allowed.left_alone, held_back=allowed.held_back
     )
+
+
+def _resets(step: Step) -> bool:
+    return step.affects == "gpu" and step.run is not None and bool(_RESETS.search(step.run.source))
+
+
+def _reach(runbook: Runbook, state: Mapping[str, Any]) -> Callable[[int], fabric.Reach] | None:
+    """What a GPU reset reaches, from the runbook's ``gpu-fabric`` observations (None: the
+    runbook has none, and a reset reaches its GPU as before). Not observed, or not
+    answered: cannot tell, which reaches the whole node."""
+    names = [n for n, o in runbook.observations.items() if o.parser == "gpu-fabric"]
+    if not names:
+        return None
+    unread = [n for n in names if n not in state or isinstance(state[n], Unavailable)]
+    if unread:
+        value = state.get(unread[0])
+        told = value.reason if isinstance(value, Unavailable) else "not observed"
+        return lambda minor: fabric.Reach(None, f"what a reset reaches cannot be told: {told}")
+    records = tuple(row for n in names for row in state[n])
+    return lambda minor: fabric.reset_reach(minor, records)
 
 
 def unreported(step: Step, item: Any, params: Mapping[str, Any]) -> list[str]:

@@ -17,11 +17,12 @@ be scoped: the step is blocked, and the run stops before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.plan.fabric import Reach
 from runbook_runner.plan.ownership import INFRASTRUCTURE_UNITS, OURS, Disposition, Owner
 from runbook_runner.runbook import Subject
 
@@ -68,6 +69,7 @@ def permitted(
     *,
     allow_node_wide: bool = False,
     stops: bool = True,
+    reach: Callable[[int], Reach] | None = None,
 ) -> Permission:
     """Which of a destructive step's items it may act on, from the latest classification.
 
@@ -81,6 +83,8 @@ def permitted(
     node: nothing while another owner's process is on the node, unless the gate is given,
     and nothing while a holder nobody can attribute is on it, whatever the gate.
     A holder whose owner or health cannot be told holds back only what would reach it.
+    ``reach`` (a GPU reset's step): what a reset of a GPU reaches (plan/fabric.py): a GPU
+    whose reset reaches one that is left alone is left alone too, and named with it.
     """
     by_pid: dict[int, list[ProcessOwner]] = {}
     for row in owners:
@@ -111,6 +115,8 @@ def permitted(
             verdict = _for_pid(item.pid, by_pid)
         elif affects == "gpu" and _minor(item) is not None:
             verdict = _for_gpu(_minor(item), owners)
+            if verdict is None and reach is not None:
+                verdict = _for_reach(_minor(item), reach, owners)
         elif affects == "service" and _unit(item):
             verdict = _for_unit(subject, _unit(item), owners, stops)
         else:
@@ -195,6 +201,30 @@ def _for_gpu(minor: int | None, owners: Sequence[ProcessOwner]) -> LeftAlone | N
             f"left alone: {r.reason}",
             look_command(r.pid),
         )
+    return None
+
+
+def _for_reach(
+    minor: int | None, reach: Callable[[int], Reach], owners: Sequence[ProcessOwner]
+) -> LeftAlone | None:
+    """A reset of this GPU that also resets others (a fabric-wide reset, or one nobody can
+    scope: every GPU of the node) is held back for any GPU it reaches that is left alone."""
+    if minor is None:
+        return None
+    reached = reach(minor)
+    held = {r.minor_number for r in owners if r.minor_number is not None}
+    others = sorted((held if reached.gpus is None else reached.gpus) - {minor})
+    for other in others:
+        verdict = _for_gpu(other, owners)
+        if verdict is not None:
+            scope = "the whole node" if reached.gpus is None else "its NVLink group"
+            return LeftAlone(
+                f"GPU /dev/nvidia{minor}",
+                f"its reset reaches {scope} ({reached.why}), and {verdict.what} is {verdict.whose}",
+                f"not reset: it cannot be reset without {verdict.what} ({verdict.why})",
+                verdict.look,
+                cannot_tell=verdict.cannot_tell,
+            )
     return None
 
 

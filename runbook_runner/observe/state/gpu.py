@@ -188,3 +188,28 @@ class ComputeInstance:
 
     def target(self) -> str:
         return self.describe()
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """One GPU as a reset would reach it: its index and ``/dev/nvidiaN``, its architecture,
+    the GPUs it has NVLinks to (``nvidia-smi topo -m``: an ``NV#`` cell), its fabric state
+    (``nvidia-smi -q``, section Fabric) and whether Fabric Manager runs. What a reset of
+    it reaches is decided from these by plan/fabric.py."""
+
+    index: int | None = reported("GPU")
+    minor_number: int | None = reported("minor number")
+    pci_bus_id: str | None = reported("pci.bus_id")
+    name: str | None = reported("name")
+    architecture: str | None = reported("architecture")  # -q 'Product Architecture' (535+)
+    # The indexes of the GPUs it has NVLinks to; None: topo -m did not say.
+    nvlink_peers: tuple[int, ...] | None = reported("NVLink peers")
+    nvlinks: int | None = reported("NVLinks to a peer")  # the largest NV# of its row
+    fabric_state: str | None = reported("fabric state")  # Completed, In Progress, N/A ...
+    fabric_manager: str | None = reported("Fabric Manager")  # systemctl is-active: active ...
+
+    def describe(self) -> str:
+        return f"GPU {self.index} ({self.name or '?'})"
+
+    def target(self) -> str:
+        return str(self.index)
