@@ -135,6 +135,13 @@ def parse_fabric(text: str, exit_status: int = 0) -> tuple[GpuFabric, ...]:
     blocks = _query(sections["query"])
     if not blocks:
         raise ParseError("no 'GPU <bus id>' block in the nvidia-smi -q section")
+    attached = _attached(sections["query"])
+    if attached is not None and attached != len(blocks):
+        # A GPU that did not answer leaves no block: the others' indexes cannot be told.
+        raise ParseError(
+            f"nvidia-smi -q: {attached} GPUs attached but {len(blocks)} answered: which GPU "
+            "is which index cannot be told"
+        )
     topology = parse_topology(sections.get("topo", []))
     manager = next((w.strip() for w in sections.get("fabric-manager", []) if w.strip()), None)
     gpus = []
@@ -155,6 +162,15 @@ def parse_fabric(text: str, exit_status: int = 0) -> tuple[GpuFabric, ...]:
             )
         )
     return tuple(gpus)
+
+
+def _attached(lines: list[str]) -> int | None:
+    for line in lines:
+        match = _KEY.match(line)
+        if match is not None and match["key"].strip() == "Attached GPUs":
+            value = match["value"].strip()
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _text(value: object) -> str | None:

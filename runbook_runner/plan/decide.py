@@ -48,8 +48,12 @@ class Decision:
 
 # A step whose command stops a service (the GPU services' stop is a node-wide rung).
 _STOPS = re.compile(r"\bsystemctl\s+(stop|restart|kill)\b")
-# A step whose command resets GPUs (what the reset reaches may be more than its GPU).
-_RESETS = re.compile(r"--gpu-reset\b|\bnvidia-smi\b.*\s-r\b")
+# A step whose command resets GPUs (what the reset reaches may be more than its GPU), or
+# takes a GPU out of persistence mode, which only serves the reset that follows it: where
+# that reset is held back, so is this.
+_RESETS = re.compile(
+    r"--gpu-reset\b|\bnvidia-smi\b.*\s(-r|-pm\s+0|--persistence-mode[=\s]+0)(\s|$)"
+)
 
 
 def observations_needed(runbook: Runbook, step: Step) -> list[str]:

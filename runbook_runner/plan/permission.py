@@ -217,11 +217,10 @@ def _for_reach(
     for other in others:
         verdict = _for_gpu(other, owners)
         if verdict is not None:
-            scope = "the whole node" if reached.gpus is None else "its NVLink group"
             return LeftAlone(
                 f"GPU /dev/nvidia{minor}",
-                f"its reset reaches {scope} ({reached.why}), and {verdict.what} is {verdict.whose}",
-                f"not reset: it cannot be reset without {verdict.what} ({verdict.why})",
+                f"its reset also resets {verdict.what}, {verdict.whose}",
+                f"not reset: {reached.why}",
                 verdict.look,
                 cannot_tell=verdict.cannot_tell,
             )

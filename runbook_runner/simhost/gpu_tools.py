@@ -55,6 +55,12 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     lost = [g for g in chosen if g.lost]
     if args[:1] == ["mig"]:
         return _mig(env, args[1:], ids)
+    if args[:1] == ["topo"]:
+        if not {"-m", "--matrix"} & set(args):
+            env.out("ERROR: this simulated host answers nvidia-smi topo -m only.\n\n")
+            return 2
+        env.out(render.topology(host))
+        return 0
     queries = option(args, "--query-gpu", "--query-compute-apps") is not None
     detail = "-q" in args or "--query" in args
     if lost and not (queries or detail or "-L" in args or {"-r", "--gpu-reset"} & set(args)):

@@ -435,6 +435,41 @@ def flat_cgroups_reset_refused() -> SimHost:
     return host
 
 
+def _on_nvswitch(
+    host: SimHost, name: str, architecture: str, total_mib: int, links: int, held_mib: int
+) -> SimHost:
+    """The same host on an 8-GPU NVSwitch baseboard: every GPU NVLinked to every other
+    (topo -m: NV<links>), Fabric Manager running; GPUs and holders sized to the board."""
+    host.nvswitch_links = links
+    for gpu in host.gpus:
+        gpu.name, gpu.architecture, gpu.memory_total_mib = name, architecture, total_mib
+        if gpu.orphaned_mib:
+            gpu.orphaned_mib = held_mib
+    for process in host.processes:
+        process.gpu_mib = {gpu: held_mib for gpu in process.gpu_mib}
+    host.services.append(SimService("nvidia-fabricmanager", holds_gpus=False))
+    return host
+
+
+def volta_nvswitch_stranger_gpu5() -> SimHost:
+    """The flat node of flat_cgroups_other_team on V100s on an NVSwitch fabric (as on an
+    HGX-2 baseboard): before Ampere, a GPU is reset only together with every GPU NVLinked
+    to it, so GPUs 0-3 cannot be reset without GPU 5, where the stranger's job runs."""
+    host = _on_nvswitch(
+        flat_cgroups_other_team(), "Tesla V100-SXM3-32GB", "Volta", 32768, 6, 30_000
+    )
+    host.driver_version, host.cuda_version = "535.161.08", "12.2"
+    return host
+
+
+def hopper_nvswitch_stranger_gpu5() -> SimHost:
+    """The same flat node on H100 SXMs on an NVSwitch fabric: from Hopper on, each GPU is
+    reset individually, so GPUs 0-3 are reset and GPU 5 is not touched."""
+    return _on_nvswitch(
+        flat_cgroups_other_team(), "NVIDIA H100 80GB HBM3", "Hopper", 81559, 18, 78_000
+    )
+
+
 def seed_launcher_alive() -> SimHost:
     """The seed's state: SGLang's launcher lives on (up 93 s) holding /dev/nvidia0, its port
     30000 never opened; its eight schedulers were OOM-killed, and GPUs 0 and 2 keep their

@@ -28,6 +28,7 @@ BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 class SimGpu:
     index: int
     name: str = BLACKWELL
+    architecture: str = "Blackwell"  # nvidia-smi -q 'Product Architecture'
     memory_total_mib: int = 97887
     idle_mib: int = 3  # what the GPU reports with nothing on it
     orphaned_mib: int = 0  # held with no process left: only a reset (or reboot) frees it
@@ -225,6 +226,9 @@ class SimHost:
     timeline: list[tuple[float, str, bool]] = field(default_factory=list)  # both, in order
     next_pid: int = 20_000
     boot_messages: list[str] = field(default_factory=list)  # the kernel log after a reboot
+    # Every GPU on one NVSwitch fabric with this many NVLinks to each other GPU (topo -m
+    # prints NV#); 0: no NVLink (PCIe only).
+    nvswitch_links: int = 0
 
     # -- what the drill judges ---------------------------------------------------------
 

@@ -176,6 +176,7 @@ def query_detail(
         if full:
             parts += [
                 row(4, "Product Name", gpu.name),
+                row(4, "Product Architecture", gpu.architecture),
                 row(4, "Persistence Mode", "Enabled" if gpu.persistence else "Disabled"),
                 "    MIG Mode\n",
                 row(8, "Current", fault or ("Enabled" if gpu.mig_enabled else "Disabled")),
@@ -224,6 +225,13 @@ def query_detail(
                 row(8, "Pending", fault or ("Yes" if gpu.rows_pending else "No")),
                 row(8, "Remapping Failure Occurred", fault or "No"),
             ]
+        if full:
+            registered = host.nvswitch_links and gpu.architecture in ("Hopper", "Blackwell")
+            parts += [
+                "    Fabric\n",
+                row(8, "State", "Completed" if registered else "N/A"),
+                row(8, "Status", "Success" if registered else "N/A"),
+            ]
         if full or "PIDS" in sections:
             parts += (
                 _processes_detail(host, gpu, row) if not fault else [row(4, "Processes", fault)]
@@ -248,6 +256,44 @@ def _processes_detail(host: SimHost, gpu: SimGpu, row: Callable[[int, str, str],
             row(12, "Used GPU Memory", f"{process.gpu_mib[str(gpu.index)]} MiB"),
         ]
     return parts
+
+
+def topology(host: SimHost) -> str:
+    """``nvidia-smi topo -m``: the GPU matrix (NV# between GPUs on the NVSwitch fabric,
+    else PCIe paths: NODE within a CPU socket's half, SYS across), then the legend."""
+    count = len(host.gpus)
+    half = max(1, count // 2)
+    lines = [
+        "\t"
+        + "\t".join(f"GPU{g.index}" for g in host.gpus)
+        + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    ]
+    for gpu in host.gpus:
+        cells = []
+        for other in host.gpus:
+            if other.index == gpu.index:
+                cells.append(" X ")
+            elif host.nvswitch_links:
+                cells.append(f"NV{host.nvswitch_links}")
+            else:
+                cells.append("NODE" if gpu.index // half == other.index // half else "SYS")
+        numa = gpu.index // half
+        lines.append(
+            f"GPU{gpu.index}\t"
+            + "\t".join(cells)
+            + f"\t{numa * 56}-{numa * 56 + 55}\t{numa}\t\tN/A"
+        )
+    legend = (
+        "\nLegend:\n\n"
+        "  X    = Self\n"
+        "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+        "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+        "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+        "  PIX  = Connection traversing at most a single PCIe bridge\n"
+        "  NV#  = Connection traversing a bonded set of # NVLinks\n"
+    )
+    return "".join(line + "\n" for line in lines) + legend
 
 
 def gpu_list(host: SimHost, ids: list[int] | None = None) -> str:

@@ -35,6 +35,7 @@ from runbook_runner.simhost.hosts import (
     flat_cgroups_told_by_environment,
     gpu6_unknown_error,
     healthy_server,
+    hopper_nvswitch_stranger_gpu5,
     host_ram_leak,
     host_ram_unpinning,
     leaked_shm,
@@ -57,6 +58,7 @@ from runbook_runner.simhost.hosts import (
     stuck_d_state,
     supervisor_restarts_server,
     two_servers_one_broken,
+    volta_nvswitch_stranger_gpu5,
     wedged_server,
     xid_79,
     xid_95_on_gpu5,
@@ -64,6 +66,8 @@ from runbook_runner.simhost.hosts import (
 from runbook_runner.simhost.model import SimHost
 
 XID_CATALOG = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+# nvidia-smi(1), -r/--gpu-reset: which GPUs must be reset in the same command (plan/fabric.py).
+GPU_RESET_MAN = "https://man.archlinux.org/man/extra/nvidia-utils/nvidia-smi.1.en"
 
 
 @dataclass(frozen=True)
@@ -552,6 +556,43 @@ MATRIX += (
         message="cannot tell who holds",
         cannot_tell=(7001,),
         thread="https://forums.developer.nvidia.com/t/memory-on-gpu-not-freed-after-the-program-is-killed/62311",
+    ),
+    Scenario(
+        "volta-nvswitch-stranger-gpu5",
+        "the flat node on V100s on an NVSwitch fabric: before Ampere a GPU is reset only with "
+        "every GPU NVLinked to it, so GPUs 0-3 cannot be reset without GPU 5's stranger",
+        volta_nvswitch_stranger_gpu5,
+        wrong="orphaned memory on GPUs 0-3 of eight Tesla V100-SXM3 on one NVSwitch fabric "
+        "(topo -m: NV6 between every pair); a job nobody can attribute runs on GPU 5",
+        expert="reset nothing: nvidia-smi(1) says GPUs before Ampere are reset together with "
+        "every GPU NVLinked to them, so a reset of GPU 0 reaches GPU 5; say so, name GPU 5's "
+        "holder (ps -o pid,user,lstart,args -p 7001) and stop before the node-wide rungs",
+        actions=(),
+        ideal_s=30,
+        lesson="a fabric-wide reset is as wide as its fabric: cannot tell holds back every "
+        "reset that reaches the stranger's GPU",
+        page="pitfalls/ours-and-broken.md#which-rung-the-fault-picks",
+        ends="stopped",
+        exit_code=6,
+        message="cannot tell who holds",
+        cannot_tell=(7001,),
+        thread=GPU_RESET_MAN,
+    ),
+    Scenario(
+        "hopper-nvswitch-stranger-gpu5",
+        "the same flat node on H100s on an NVSwitch fabric: from Hopper on each GPU is reset "
+        "individually, so GPUs 0-3 are reset and the stranger's GPU 5 is not touched",
+        hopper_nvswitch_stranger_gpu5,
+        wrong="orphaned memory on GPUs 0-3 of eight H100 SXM on one NVSwitch fabric (topo -m: "
+        "NV18 between every pair); a job nobody can attribute runs on GPU 5",
+        expert="reset GPUs 0-3 one by one (Hopper and later NVSwitch systems reset each GPU "
+        "individually, nvidia-smi(1)); do not touch GPU 5 or its process",
+        actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
+        ideal_s=40,
+        lesson="NVLink alone does not widen a reset: the architecture and Fabric Manager say",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        cannot_tell=(7001,),
+        thread=GPU_RESET_MAN,
     ),
     Scenario(
         "seed-launcher-alive",
