@@ -21,7 +21,7 @@ from test_ownership import fuser_lines, listing
 
 from conftest import REPO
 from runbook_runner.observe.proctree import parse_owners
-from runbook_runner.observe.state import Gpu, Memory, ProcessOwner, TextLine
+from runbook_runner.observe.state import Gpu, GpuFabric, Memory, ProcessOwner, TextLine
 from runbook_runner.plan import decide, ownership
 from runbook_runner.plan.permission import held_back
 from runbook_runner.runbook import load
@@ -169,6 +169,11 @@ def state_of(owners: tuple[ProcessOwner, ...], used: tuple[int, ...]) -> dict[st
         "stopped_units": (),
         "running_gpu_services": (TextLine(text="nvidia-persistenced"),),
         "stopped_gpu_services": (),
+        # PCIe GPUs, no NVLink: a reset reaches its own GPU (tests/test_fabric.py: others)
+        "gpu_fabric": tuple(
+            GpuFabric(index=i, minor_number=i, architecture="Blackwell", nvlink_peers=())
+            for i in range(len(used))
+        ),
     }
 
 

@@ -34,7 +34,7 @@ def ending(
     signal to processes the kernel reports hung (``task ...:PID blocked for more than``),
     which ignore it; a restoring step whose own ``fixes`` hold (it will not run, and what it
     would put back stays as the earlier step left it). A gated rung reached while what it
-    is for still fails is where the run stops."""
+    is for still fails is where the run stops, and so is a blocked one."""
     all_checks = evaluate_checks(list(runbook.checks), runbook, state, params, {})
     still = {r.name for r in all_checks if r.is_failing}
     goal_failing = {r.name for r in goal if r.is_failing}
@@ -56,6 +56,8 @@ def ending(
             still -= addressed(step)
             ran.add(step.id)
             continue
+        if action.timing is Timing.STOPS_IF_REACHED and _triggered(step, still, runbook.goal):
+            return Ending.CANNOT_TELL, None, ()  # blocked, and reached: the run stops there
         if action.timing not in {Timing.FIRST, Timing.IF_STILL, Timing.GATED}:
             continue
         if action.timing is not Timing.FIRST and not still_needed(step, still):
