@@ -5,16 +5,19 @@ GPU left alone is held back and named, one that reaches only its own GPU goes ah
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_blast_radius import DEFAULTS, RECOVERY, classified, hosts, state_of, unattributed
 
 from conftest import fixture_text
 from runbook_runner.errors import ParseError
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.nvidia_fabric import parse_fabric, parse_topology
 from runbook_runner.observe.state import GpuFabric, ProcessOwner
+from runbook_runner.plan import decide
 from runbook_runner.plan.fabric import reset_reach
 from runbook_runner.plan.ownership import Disposition, Owner
 from runbook_runner.plan.permission import permitted
-from runbook_runner.runbook import Subject
 
 H100_Q = "nvidia-smi/q-535.161.08-8x-h100.txt"  # real: 8x H100 80GB HBM3, Fabric Completed
 RTX4090_Q = "nvidia-smi/q-535.154.05-8x-rtx4090-procs.txt"  # real: 8x RTX 4090, no NVLink
@@ -160,7 +163,7 @@ class _Item:
 
 
 STRANGER = [_holder(7001, 5, Disposition.CANNOT_TELL, Owner.UNKNOWN)]
-SUBJECT = Subject(description="the server", launcher="sglang")
+SUBJECT = RECOVERY.subject.with_parameters(DEFAULTS)
 
 
 def _reset(gpus, owners=STRANGER):
@@ -208,3 +211,41 @@ def test_a_group_that_does_not_reach_the_stranger_goes_ahead():
 def test_without_a_reach_a_reset_is_judged_by_its_own_gpu_as_before():
     allowed = permitted(SUBJECT, "gpu", [_Item(i) for i in range(6)], STRANGER)
     assert [item.index for item in allowed.allowed] == [0, 1, 2, 3, 4]
+
+
+# -- the property, over the blast-radius test's generated hosts ----------------------------
+
+FABRICS = {
+    "pcie": _box("Blackwell", "NVIDIA RTX PRO 6000 Blackwell Server Edition", {}, None),
+    "volta-nvswitch": _box("Volta", "Tesla V100-SXM3-32GB", ALL_TO_ALL, "active"),
+    "volta-two-rings": _box(
+        "Volta",
+        "Tesla V100-SXM2-32GB",
+        {0: (1, 3), 1: (0, 2), 2: (1, 3), 3: (2, 0), 4: (5, 7), 5: (4, 6), 6: (5, 7), 7: (6, 4)},
+        None,
+    ),
+    "ampere-no-fabric-manager": _box("Ampere", "NVIDIA A100-SXM4-80GB", ALL_TO_ALL, "failed"),
+    "hopper-nvswitch": _box("Hopper", "NVIDIA H100 80GB HBM3", ALL_TO_ALL, None),
+    "unknown": _box("", "Some Future GPU", ALL_TO_ALL, None),
+    "unobserved": (),
+}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts(), st.sampled_from(sorted(FABRICS)))
+def test_no_reset_reaches_a_gpu_whose_holder_nobody_can_attribute(host, kind):
+    owners = classified(host)
+    strangers = {r.minor_number for r in owners if unattributed(r) and r.minor_number is not None}
+    state = {**state_of(owners, host.used_mib), "gpu_fabric": FABRICS[kind]}
+    if kind == "unobserved":
+        del state["gpu_fabric"]
+    for step in RECOVERY.steps:
+        if not (step.destructive and step.run and "--gpu-reset" in step.run.source):
+            continue
+        made = decide.decide(
+            RECOVERY, DEFAULTS, state, {}, step, subject=SUBJECT, allow_node_wide=True
+        )
+        for item in made.items:
+            reach = reset_reach(item.minor_number, FABRICS[kind]).gpus
+            reached = set(range(8)) if reach is None else reach
+            assert not reached & strangers, (kind, step.id, item.index, strangers)
