@@ -56,7 +56,7 @@ def ending(
             still -= addressed(step)
             ran.add(step.id)
             continue
-        if action.timing is Timing.STOPS_IF_REACHED and _triggered(step, still, runbook.goal):
+        if action.timing is Timing.STOPS_IF_REACHED and still_needed(step, still):
             return Ending.CANNOT_TELL, None, ()  # blocked, and reached: the run stops there
         if action.timing not in {Timing.FIRST, Timing.IF_STILL, Timing.GATED}:
             continue
