@@ -97,6 +97,13 @@ class Host:
                 found.append(unit)
         return "".join(f"{u}\n" for u in found), 0
 
+    def gpu_fabric(self) -> tuple[str, int]:
+        """The gpu_fabric observation's three sections, as its command prints them."""
+        topo, _ = self.call("nvidia-smi topo -m", merge=True)
+        manager, _ = self.call("systemctl is-active nvidia-fabricmanager")
+        query, status = self.call("nvidia-smi -q", merge=True)
+        return f"@@ topo\n{topo}@@ fabric-manager\n{manager}@@ query\n{query}", status
+
     def text_of(self, name: str) -> tuple[str, int]:
         plain: dict[str, Callable[[], tuple[str, int]]] = {
             "holders": self.holders,
@@ -117,6 +124,7 @@ class Host:
             "gpu_instances": lambda: self.call("nvidia-smi mig -lgi"),
             "compute_instances": lambda: self.call("nvidia-smi mig -lci"),
             "gpu_process_instances": lambda: self.call("nvidia-smi -q -d PIDS"),
+            "gpu_fabric": self.gpu_fabric,
         }
         return plain[name]()
 
