@@ -100,6 +100,9 @@ class Request:
     plan_pin: PlanPin | None = None  # the host it was made on, pinned for the connection
 
 
+HOST_COMMANDS = frozenset({"check", "run", "plan"})  # the commands with a target (--host ...)
+
+
 def _given(args: argparse.Namespace, name: str, default: Any = None) -> Any:
     """The option's value, or ``default`` where this command's parser has no such option."""
     return vars(args).get(name, default)
@@ -145,7 +148,7 @@ def request_of(args: argparse.Namespace) -> Request:
         command=command,
         runbook=_given(args, "runbook"),
         runbooks=_given(args, "runbooks"),
-        target=target_of(args),
+        target=target_of(args) if command in HOST_COMMANDS else Target(),
         approval=Approval(
             plan=None if planning else _given(args, "plan"),
             out=_given(args, "out"),
