@@ -84,7 +84,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     _one_host(args, request, "runbook check")
     from runbook_runner.cli import host as cli_host
 
-    return cli_host.cmd_check(args)
+    return cli_host.cmd_check(args, request)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace, request: Request) -> int:
     _one_host(args, request, "runbook run")
     from runbook_runner.cli import host as cli_host
 
-    return cli_host.cmd_run(args)
+    return cli_host.cmd_run(args, request)
 
 
 def entry() -> NoReturn:
