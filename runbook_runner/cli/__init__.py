@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from runbook_runner.cli import habits
 from runbook_runner.cli.parser import AUTO_WORKERS_FROM, build_parser
+from runbook_runner.cli.request import Request, Target, request_of
 from runbook_runner.errors import UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.safetext import visible
@@ -30,38 +31,40 @@ def _err(message: str) -> None:
     print(visible(message), file=sys.stderr)
 
 
-def _is_fleet(args: argparse.Namespace) -> bool:
-    fleet = bool(getattr(args, "hosts", None) or getattr(args, "inventory", None))
-    if fleet and getattr(args, "local", False):
+def _is_fleet(target: Target) -> bool:
+    if target.fleet and target.local:
         raise UsageError("--local runs on this machine: not with --hosts or --inventory", "runbook")
-    return fleet
+    return target.fleet
 
 
-def _one_host(args: argparse.Namespace, prog: str) -> None:
+def _one_host(args: argparse.Namespace, request: Request, prog: str) -> None:
     """Refuse what one --host cannot take, then start connecting to it at once, before
     the rest of the command is even imported (see cli/connecting.py)."""
-    if getattr(args, "local", False):
-        if args.host:
+    target = request.target
+    if target.local:
+        if target.host:
             raise UsageError("--local or --host, not both", prog)
-        if getattr(args, "jsonl", False):
+        if target.jsonl:
             raise UsageError("--jsonl is for many hosts; use --json", prog)
         from runbook_runner.local import LocalConnecting
 
         args.connecting = LocalConnecting()
         return
-    if not args.host:
+    if not target.host:
         raise UsageError("name a host: --host HOST, --hosts NODESET or --inventory FILE", prog)
-    if getattr(args, "jsonl", False):
+    if target.jsonl:
         raise UsageError("--jsonl is for many hosts (--hosts, --inventory); use --json", prog)
     from runbook_runner.cli.connecting import Connecting, Destination
 
-    args.connecting = Connecting(Destination.from_args(args))
+    args.connecting = Connecting(
+        Destination.of(target, become=args.become_password, plan_pin=request.plan_pin)
+    )
 
 
-def _ask_become_pass(args: argparse.Namespace, prog: str) -> None:
+def _ask_become_pass(args: argparse.Namespace, request: Request, prog: str) -> None:
     """-K: the sudo password, asked once before any host is reached (as ansible -K)."""
     args.become_password = None
-    if not getattr(args, "ask_become_pass", False):
+    if not request.target.ask_become_pass:
         return
     from runbook_runner.cli import console
 
@@ -71,97 +74,104 @@ def _ask_become_pass(args: argparse.Namespace, prog: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    request = request_of(args)
     habits.refuse_inventory_as_identity(args, "runbook check")
-    _ask_become_pass(args, "runbook check")
-    if _is_fleet(args):
+    _ask_become_pass(args, request, "runbook check")
+    if _is_fleet(request.target):
         from runbook_runner.cli.fleet_check import fleet_check
 
         return fleet_check(args)
-    _one_host(args, "runbook check")
+    _one_host(args, request, "runbook check")
     from runbook_runner.cli import host as cli_host
 
-    return cli_host.cmd_check(args)
+    return cli_host.cmd_check(args, request)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``runbook plan``: ``run --dry-run`` under its own name."""
+    """``runbook plan``: ``run --dry-run`` under its own name (its request says so)."""
+    request = request_of(args)
+    # What the run's code below still reads from the Namespace (cli/host.py, cli/fleet_run.py),
+    # as the request has it.
     args.dry_run, args.plan, args.approved_by = True, None, None
     args.from_step = args.resume = args.journal = None
     args.force = args.break_lock = args.yes = False
     args.serial, args.max_fail = 1, 1
-    return cmd_run(args)
-
-
-def _from_plan(args: argparse.Namespace) -> None:
-    """``run --plan FILE`` names the runbook and the host the plan was made for unless the
-    command line does (a different one is refused once the runbook is loaded). The file is
-    read, checked and its approval proved here, before anything connects (cli/planfile.py)."""
-    from runbook_runner.cli import planfile
-
-    planfile.read(args)
+    return _run(args, request)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _run(args, request_of(args))
+
+
+def _run(args: argparse.Namespace, request: Request) -> int:
     habits.refuse_ansible_check(args)
-    habits.refuse_inventory_as_identity(args, f"runbook {getattr(args, 'command', None) or 'run'}")
-    if getattr(args, "out", None) and _is_fleet(args):
+    habits.refuse_inventory_as_identity(args, f"runbook {request.command or 'run'}")
+    approval = request.approval
+    if approval.out and _is_fleet(request.target):
         raise UsageError(
             "--out saves one host's plan: name one --host (a fleet's plans are in --json)",
             "runbook run",
         )
-    if getattr(args, "out", None) and not args.dry_run:
+    if approval.out and not request.dry_run:
         raise UsageError(
             "--out saves a plan: use it with --dry-run (or 'runbook plan')", "runbook run"
         )
-    if args.plan and (args.dry_run or args.from_step or args.resume):
+    if approval.plan and (request.dry_run or request.from_step or request.resume):
         raise UsageError(
             "--plan applies a saved plan as it is: not with --dry-run, --from or --resume",
             "runbook run",
         )
-    if args.plan:
-        if _is_fleet(args):
+    if approval.plan:
+        if _is_fleet(request.target):
             raise UsageError(
                 "a saved plan is for the one host it was made on: not with --hosts or --inventory",
                 "runbook run",
             )
-        _from_plan(args)
-    if not args.runbook:
+        # ``run --plan FILE`` names the runbook and the host the plan was made for unless
+        # the command line does (a different one is refused once the runbook is loaded). The
+        # file is read, checked and its approval proved here, before anything connects.
+        from runbook_runner.cli import planfile
+
+        request = planfile.read(args, request)
+    if not request.runbook:
         raise UsageError(
-            f"--plan {args.plan}: not a plan (it names no runbook); make one with "
+            f"--plan {approval.plan}: not a plan (it names no runbook); make one with "
             "'runbook plan ... --out FILE'"
-            if args.plan
+            if approval.plan
             else "name a runbook (or give --plan FILE)",
             "runbook run",
         )
-    if args.approved_by and not args.plan:
+    if approval.approved_by and not approval.plan:
         raise UsageError(
             "--approved-by names who approved a saved plan: use it with --plan", "runbook run"
         )
-    for flag in ("allowed_signers", "approved_sha256"):
-        if getattr(args, flag, None) and not args.plan:
+    for flag, given in (
+        ("allowed-signers", approval.allowed_signers),
+        ("approved-sha256", approval.approved_sha256),
+    ):
+        if given and not approval.plan:
             raise UsageError(
-                f"--{flag.replace('_', '-')} proves a saved plan's approval: use it with --plan",
-                "runbook run",
+                f"--{flag} proves a saved plan's approval: use it with --plan", "runbook run"
             )
-    if getattr(args, "sign_with", None) and not getattr(args, "out", None):
+    if approval.sign_with and not approval.out:
         raise UsageError("--sign-with signs the plan --out saves: give --out FILE", "runbook run")
-    if args.resume and (args.from_step or args.dry_run):
+    if request.resume and (request.from_step or request.dry_run):
         # A resume continues exactly where the journal says; a dry run's "planned" steps
         # in that journal would read as decided ones.
         raise UsageError(
             "--resume continues where the run stopped: it cannot be combined with "
-            + ("--from" if args.from_step else "--dry-run"),
+            + ("--from" if request.from_step else "--dry-run"),
             "runbook run",
         )
-    _ask_become_pass(args, "runbook run")
-    if _is_fleet(args):
+    _ask_become_pass(args, request, "runbook run")
+    if _is_fleet(request.target):
         from runbook_runner.cli.fleet_run import fleet_run
 
         return fleet_run(args)
-    _one_host(args, "runbook run")
+    _one_host(args, request, "runbook run")
     from runbook_runner.cli import host as cli_host
 
-    return cli_host.cmd_run(args)
+    return cli_host.cmd_run(args, request)
 
 
 def entry() -> NoReturn:
@@ -179,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     habits.complete_if_asked(parser)  # only when the shell asks (argcomplete's protocol)
     try:
         args = parser.parse_args(argv)
-        if getattr(args, "handler", None) is None:
+        if args.command is None:  # every command has its handler
             parser.print_help()
             return ExitCode.BAD_INPUT
         return int(args.handler(args))

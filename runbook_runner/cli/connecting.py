@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from runbook_runner.cli.request import Target
     from runbook_runner.transport import SshTransport
 
 
@@ -60,21 +61,35 @@ class Destination:
     plan_pin: Any = None  # run --plan: the plan's host (ssh/target.py's PlanPin)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Destination:
+    def of(cls, target: Target, *, become: Any = None, plan_pin: Any = None) -> Destination:
+        """The destination of a request's target (``become``: -K's Secret, if any)."""
+        if target.host is None:
+            raise ValueError("a destination needs a host")
         return cls(
-            args.host,
-            port=args.port,
-            user=args.user,
-            identity=tuple(args.identity) if args.identity else None,
-            known_hosts=args.known_hosts,
-            accept_new_host_key=args.accept_new_host_key,
-            connect_timeout=args.connect_timeout,
-            ssh_config=args.ssh_config,
-            ssh_client=getattr(args, "ssh_client", "auto"),
-            ssh_options=tuple(getattr(args, "ssh_options", None) or ()),
-            jump=getattr(args, "jump", None),
-            become_password=become_password(args),
-            plan_pin=getattr(args, "plan_pin", None),
+            target.host,
+            port=target.port,
+            user=target.user,
+            identity=target.identity,
+            known_hosts=target.known_hosts,
+            accept_new_host_key=target.accept_new_host_key,
+            connect_timeout=target.connect_timeout,
+            ssh_config=target.ssh_config,
+            ssh_client=target.ssh_client,
+            ssh_options=target.ssh_options,
+            jump=target.jump,
+            become_password=secret_value(become),
+            plan_pin=plan_pin,
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Destination:
+        """The destination of a parsed command line (its target, -K's password, the pin of
+        ``run --plan``)."""
+        from runbook_runner.cli.request import target_of
+
+        given = vars(args)
+        return cls.of(
+            target_of(args), become=given.get("become_password"), plan_pin=given.get("plan_pin")
         )
 
 
@@ -117,8 +132,12 @@ def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
 
 
 def become_password(args: argparse.Namespace) -> str | None:
-    """The sudo password -K asked for, if any."""
-    secret = getattr(args, "become_password", None)
+    """The sudo password -K asked for, if any (cli/__init__.py's _ask_become_pass)."""
+    return secret_value(vars(args).get("become_password"))
+
+
+def secret_value(secret: Any) -> str | None:
+    """The text of -K's Secret (cli/console.py), or None when there is none."""
     value = getattr(secret, "value", None)
     return value if isinstance(value, str) else None
 
@@ -183,7 +202,7 @@ class Connecting:
 
 def started(args: argparse.Namespace) -> Connecting:
     """The connection the CLI started early for these arguments, or a new one."""
-    early = getattr(args, "connecting", None)
+    early = vars(args).get("connecting")
     if early is not None:  # a Connecting, or --local's LocalConnecting (runbook_runner/local.py)
         args.connecting = None  # handed over once
         return cast("Connecting", early)

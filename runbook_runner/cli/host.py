@@ -29,6 +29,7 @@ from runbook_runner.runbook import Runbook, load
 if TYPE_CHECKING:  # paramiko is slow to import: only commands that reach a host load it
     from runbook_runner.cli.connecting import Connecting
     from runbook_runner.cli.drill import DrillHooks
+    from runbook_runner.cli.request import Request
     from runbook_runner.events import RunReport
     from runbook_runner.transport import SshTransport
 
@@ -57,7 +58,7 @@ def _load_and_connect(
 def load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
     """The runbook the command line names, and its parameters (--gpus, then --set)."""
     runbook = load_named(args)
-    narrowed = gpu_range(runbook, getattr(args, "gpus", None))
+    narrowed = gpu_range(runbook, args.gpus)  # check, run and plan all have --gpus
     return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
 
 
@@ -66,7 +67,7 @@ def _host_label(transport: SshTransport) -> str:
     return f"{transport.target.label} as {user}"
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def cmd_check(args: argparse.Namespace, request: Request) -> int:
     from runbook_runner.engine import Runner
 
     began = time.monotonic()
@@ -94,25 +95,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     code = outcomes.check_code(observed.results)
-    if getattr(args, "prometheus", None):
+    if request.prometheus:
         from runbook_runner.cli import metrics
         from runbook_runner.fleet.summary import KIND_OF_CODE
 
         checks = [r.to_json() for r in observed.results]
         result = metrics.host_result(
-            _metrics_host(args, transport),
+            _metrics_host(request, transport),
             KIND_OF_CODE[code],
             int(code),
             time.monotonic() - began,
             checks,
         )
-        metrics.write(args.prometheus, runbook.name, [result], "runbook check")
+        metrics.write(request.prometheus, runbook.name, [result], "runbook check")
     return code
 
 
-def _metrics_host(args: argparse.Namespace, transport: Any) -> str:
+def _metrics_host(request: Request, transport: Any) -> str:
     """The host label of one host's metrics: as given to --host (without USER@)."""
-    return str(args.host or transport.target.host).rsplit("@", 1)[-1]
+    return str(request.target.host or transport.target.host).rsplit("@", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -140,73 +141,79 @@ class RunSettings:
     verbose: bool = False  # -v: every rung, and what read-only steps printed
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunSettings:
+    def of(cls, request: Request) -> RunSettings:
+        """``run`` (or ``plan``) on one host as the request asks for it."""
+        approval = request.approval
         return cls(
-            out=getattr(args, "out", None),
-            sign_with=getattr(args, "sign_with", None),
+            out=approval.out,
+            sign_with=approval.sign_with,
             asked=(
-                ("runbook", str(args.runbook)),
-                ("host", getattr(args, "host", None)),
-                ("port", getattr(args, "port", None)),
+                ("runbook", str(request.runbook)),
+                ("host", request.target.host),
+                ("port", request.target.port),
             ),
-            plan_file=getattr(args, "plan", None),
-            approved_by=getattr(args, "approved_by", None),
-            approval=getattr(args, "plan_approval", None),
-            dry_run=args.dry_run,
-            from_step=args.from_step,
-            yes=args.yes,
-            allow_reboot=args.allow_reboot,
-            allow_node_wide=getattr(args, "allow_node_wide", False),
-            journal=Path(args.journal) if getattr(args, "journal", None) else None,
+            plan_file=approval.plan,
+            approved_by=approval.approved_by,
+            approval=request.plan_approval,
+            dry_run=request.dry_run,
+            from_step=request.from_step,
+            yes=request.yes,
+            allow_reboot=request.allow_reboot,
+            allow_node_wide=request.allow_node_wide,
+            journal=request.journal,
             lock=True,
-            break_lock=getattr(args, "break_lock", False),
-            as_json=args.json,
-            verbose=bool(getattr(args, "verbose", False)),
+            break_lock=request.break_lock,
+            as_json=request.json,
+            verbose=request.verbose,
         )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, request: Request) -> int:
     """``runbook run`` on one host: check the command line while connecting, then run."""
-    out = console.Output(args.json)
+    out = console.Output(request.json)
     connecting = started(args)
     approved = None
     try:
         runbook, params = load_with_params(args)
-        if getattr(args, "plan", None):
-            approved, params = _approved_plan(args, runbook, params)
-        resume = _resume_point(args, runbook) if getattr(args, "resume", None) else None
+        if request.approval.plan:
+            approved, params, request = _approved_plan(request, runbook, params)
+        resume = _resume_point(request, runbook) if request.resume else None
         if resume is not None:
-            approved = _plan_of_resumed(args, runbook, resume.path) or approved
+            resumed = _plan_of_resumed(request, runbook, resume.path)
+            if resumed is not None:
+                approved, request = resumed
         if (
-            getattr(args, "local", False)
+            request.target.local
             and runbook.destructive
-            and not args.dry_run
-            and not getattr(args, "allow_local_changes", False)
+            and not request.dry_run
+            and not request.allow_local_changes
         ):
             raise UsageError(
                 f"{runbook.name} changes the host (destructive steps): with --local it runs "
                 "only with --allow-local-changes (or --dry-run)",
                 "runbook run",
             )
-        if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
+        step = request.from_step
+        if step and step not in [s.id for s in runbook.steps]:
             raise UsageError(
-                f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r} "
+                f"--from {step}: {runbook.name} has no step {step!r} "
                 f"(steps: {', '.join(s.id for s in runbook.steps)})",
                 "runbook run",
             )
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
-    settings = replace(RunSettings.from_args(args), approved=approved)
+    settings = replace(RunSettings.of(request), approved=approved)
     code, _ = run_on_host(settings, runbook, params, connecting, out, resume=resume)
     return code
 
 
 def _plan_of_resumed(
-    args: argparse.Namespace, runbook: Runbook, path: Path
-) -> saved_plan.SavedPlan | None:
+    request: Request, runbook: Runbook, path: Path
+) -> tuple[saved_plan.SavedPlan, Request] | None:
     """A resumed run that applied a saved plan goes on under the same plan: its file must
-    still be there, unchanged (its SHA-256 as the journal recorded it)."""
+    still be there, unchanged (its SHA-256 as the journal recorded it). The request is
+    given the plan's file, approver and gates."""
     start = journal_module.read(path).first("run-start") or {}
     mark = start.get("plan")
     if not isinstance(mark, dict):
@@ -226,27 +233,39 @@ def _plan_of_resumed(
             "file is another plan now: a resume goes on only under the same plan"
         )
     saved_plan.check_runbook(approved, runbook)
-    args.plan, args.approved_by = file, mark.get("approved_by")
-    for gate, granted in saved_plan.gates_for(approved, {}).items():
-        setattr(args, gate, granted)
-    return approved
+    approved_by = mark.get("approved_by")
+    approval = replace(
+        request.approval,
+        plan=file,
+        approved_by=approved_by if isinstance(approved_by, str) else None,
+    )
+    gated = _gated(request, saved_plan.gates_for(approved, {}))
+    return approved, replace(gated, approval=approval)
+
+
+def _gated(request: Request, granted: dict[str, bool]) -> Request:
+    """The request with a saved plan's gates (plan/saved.py's GATES) in place of its own."""
+    return replace(
+        request,
+        allow_reboot=granted.get("allow_reboot", False),
+        allow_node_wide=granted.get("allow_node_wide", False),
+    )
 
 
 def _approved_plan(
-    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any]
-) -> tuple[saved_plan.SavedPlan, dict[str, Any]]:
+    request: Request, runbook: Runbook, params: dict[str, Any]
+) -> tuple[saved_plan.SavedPlan, dict[str, Any], Request]:
     """The saved plan --plan names, checked against this runbook, with the parameters it
     was made with (a --set may give only a secret, which the plan does not hold), and its
     gates (a gate the plan was not made with is refused). The file was read, checked and
     its approval proved before connecting (cli/planfile.py)."""
-    approved: saved_plan.SavedPlan = args.saved_plan
+    approved = request.saved_plan
+    assert approved is not None  # read before connecting (cli/planfile.py)
     saved_plan.check_runbook(approved, runbook)
-    given = [item.split("=", 1)[0] for item in args.set or []]
+    given = [item.split("=", 1)[0] for item in request.settings]
     merged = saved_plan.parameters_for(approved, runbook, params, given)
-    asked = {gate: bool(getattr(args, gate, False)) for gate, _ in saved_plan.GATES}
-    for gate, granted in saved_plan.gates_for(approved, asked).items():
-        setattr(args, gate, granted)
-    return approved, merged
+    asked = {"allow_reboot": request.allow_reboot, "allow_node_wide": request.allow_node_wide}
+    return approved, merged, _gated(request, saved_plan.gates_for(approved, asked))
 
 
 def run_on_host(
@@ -381,10 +400,10 @@ def journal_folder() -> Path:
     return journal_module.default_dir(os.environ)
 
 
-def _resume_point(args: argparse.Namespace, runbook: Runbook) -> session.ResumePoint:
+def _resume_point(request: Request, runbook: Runbook) -> session.ResumePoint:
     """The journal to continue (a run id, or the path of a --journal FILE) and its plan."""
     try:
-        path = journal_module.find(args.resume, journal_folder())
+        path = journal_module.find(str(request.resume), journal_folder())
     except journal_module.UnknownRun as error:  # nothing to resume from: exit 7, not 2
         raise journal_module.JournalError(f"cannot resume: {error}") from None
     journal = journal_module.read(path)
@@ -402,7 +421,7 @@ def _resume_point(args: argparse.Namespace, runbook: Runbook) -> session.ResumeP
         raise journal_module.JournalError(
             f"run {path.stem} ran {start.get('runbook')}, not {runbook.name}"
         )
-    if start.get("runbook_sha256") != runbook.sha256 and not args.force:
+    if start.get("runbook_sha256") != runbook.sha256 and not request.force:
         raise journal_module.JournalError(
             f"{runbook.path} changed since run {path.stem} started; resume anyway with --force"
         )

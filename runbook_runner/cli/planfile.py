@@ -19,64 +19,83 @@ connection: ssh/connect.py refuses another before logging in.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from runbook_runner import localfile
+from runbook_runner.cli.request import Approval, Request
 from runbook_runner.errors import UsageError
 from runbook_runner.plan import saved as saved_plan
 
 
-def read(args: argparse.Namespace) -> saved_plan.SavedPlan:
-    """Read ``args.plan``, check it and its approval, and set on ``args`` what the rest of
-    the command takes from it: the runbook and host it names (unless the command line
-    does), the approver, the approval said in words, and the host pin."""
-    where = str(args.plan)
+def read(args: argparse.Namespace, request: Request) -> Request:
+    """Read the plan the request names, check it and its approval, and give the request
+    the rest of the command takes from it: the runbook and host it names (unless the command
+    line does), the approver, the approval said in words, and the host pin. (cli/host.py
+    still reads them from ``args``, set here as well.)"""
+    where = str(request.approval.plan)
     try:
         data = localfile.read_regular(Path(where), localfile.PLAN_LIMIT)
     except OSError as error:
         raise UsageError(f"--plan {where}: {error.strerror or error}", "runbook run") from None
     approved = saved_plan.load(data, where)
-    args.plan_approval = approval(args, approved, data)
+    words, approved_by = approval(request.approval, approved, data)
     asked = approved.document.get("asked", {})
-    if not args.runbook and isinstance(asked.get("runbook"), str):
-        args.runbook = asked["runbook"]
-    named = args.host or getattr(args, "hosts", None) or getattr(args, "local", False)
-    if not named and isinstance(asked.get("host"), str):
-        args.host = asked["host"]
-        if args.port is None and isinstance(asked.get("port"), int):
-            args.port = asked["port"]
+    runbook = request.runbook
+    if not runbook and isinstance(asked.get("runbook"), str):
+        runbook = asked["runbook"]
+    target = request.target
+    if not (target.host or target.hosts or target.local) and isinstance(asked.get("host"), str):
+        port = target.port
+        if port is None and isinstance(asked.get("port"), int):
+            port = asked["port"]
+        target = replace(target, host=asked["host"], port=port)
     from runbook_runner.ssh.target import PlanPin
 
-    args.plan_pin = PlanPin(where, approved.host_key, approved.destination)
-    args.saved_plan = approved
-    return approved
+    request = replace(
+        request,
+        runbook=runbook,
+        target=target,
+        approval=replace(request.approval, approved_by=approved_by),
+        saved_plan=approved,
+        plan_approval=words,
+        plan_pin=PlanPin(where, approved.host_key, approved.destination),
+    )
+    args.runbook, args.host, args.port = request.runbook, target.host, target.port
+    args.approved_by, args.plan_approval = approved_by, words
+    args.plan_pin, args.saved_plan = request.plan_pin, approved
+    return request
 
 
-def approval(args: argparse.Namespace, approved: saved_plan.SavedPlan, data: bytes) -> str:
-    """How the plan's approval was proved, in words; refused (exit 2) when it is not."""
-    signers = getattr(args, "allowed_signers", None)
-    given = getattr(args, "approved_sha256", None)
+def approval(
+    given: Approval, approved: saved_plan.SavedPlan, data: bytes
+) -> tuple[str, str | None]:
+    """How the plan's approval was proved, in words, and who approved it (``--approved-by``,
+    else the signer); refused (exit 2) when it is not proved."""
+    plan = str(given.plan)
+    approved_by = given.approved_by
     said: list[str] = []
-    if signers:
+    if given.allowed_signers:
         from runbook_runner.ssh import signatures
 
-        signature = signatures.signature_path(args.plan)
-        good = signatures.verify(data, signature, Path(signers), args.approved_by)
-        args.approved_by = args.approved_by or good.principal
+        signature = signatures.signature_path(plan)
+        good = signatures.verify(data, signature, Path(given.allowed_signers), approved_by)
+        approved_by = approved_by or good.principal
         said.append(
-            f"signed by {good.principal} (ssh-keygen -Y verify of {signature} against {signers})"
+            f"signed by {good.principal} (ssh-keygen -Y verify of {signature} against "
+            f"{given.allowed_signers})"
         )
-    if given:
-        saved_plan.check_approved_sha256(approved, given, str(args.plan))
+    if given.approved_sha256:
+        saved_plan.check_approved_sha256(approved, given.approved_sha256, plan)
         said.append("its SHA-256 as given with --approved-sha256")
     if not said:
         raise UsageError(
-            f"--plan {args.plan}: say how it was approved: --allowed-signers FILE (the plan "
+            f"--plan {plan}: say how it was approved: --allowed-signers FILE (the plan "
             f"signed with ssh-keygen -Y sign -n {saved_plan.SIGNATURE_NAMESPACE}, in "
-            f"{args.plan}.sig) or --approved-sha256 HASH (its SHA-256 as the reviewer gave it)",
+            f"{plan}.sig) or --approved-sha256 HASH (its SHA-256 as the reviewer gave it)",
             "runbook run",
         )
-    return " and ".join(said)
+    return " and ".join(said), approved_by
 
 
 def sign(path: str, key: str) -> Path:
