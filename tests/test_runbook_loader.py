@@ -234,6 +234,7 @@ def test_the_recovery_runbook_reads_as_its_ladders():
         "",
     ]
     assert groups[2][1] == [
+        "end-mps-clients",
         "stop-crash-looping-unit",
         "stop-server-unit",
         "stop-server",

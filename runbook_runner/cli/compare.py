@@ -29,33 +29,6 @@ from runbook_runner.status import StepStatus
 PROG = "runbook compare"
 
 
-def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
-    """Register ``runbook compare`` (called from cli/parser.py)."""
-    compare = add(
-        "compare",
-        handler,
-        "run two versions of a runbook on every scenario of the matrix; where they differ",
-        "runbook compare gpu-oom-recovery   (the working copy against git's HEAD)",
-    )
-    compare.add_argument(
-        "old", metavar="OLD", help="the runbook before the change (a YAML file), or a name"
-    )
-    compare.add_argument(
-        "new",
-        metavar="NEW",
-        nargs="?",
-        help="the runbook after the change; without it, OLD's file as of the last commit "
-        "(git show HEAD:PATH) is compared with the working copy",
-    )
-    compare.add_argument(
-        "--scenario",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="only this scenario (again for more): " + scenario_names,
-    )
-
-
 @dataclass(frozen=True)
 class Played:
     """One runbook on one scenario: what it did and how it ended, as lines to compare."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from runbook_runner import __version__, exitcodes
 from runbook_runner.cli import habits
@@ -467,9 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     from runbook_runner.cli import sim
 
     sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES)
-    from runbook_runner.cli import compare
-
-    compare.add_parser(add, _later("cli.compare", "cmd_compare"), SCENARIO_NAMES)
+    _add_compare(add)
     new = add(
         "new",
         _later("cli.runbooks", "cmd_new"),
@@ -531,3 +529,30 @@ def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
         return int(command(args))
 
     return handler
+
+
+def _add_compare(add: Any) -> None:
+    """``runbook compare`` (cli/compare.py runs it; its imports wait until it does)."""
+    compare = add(
+        "compare",
+        _later("cli.compare", "cmd_compare"),
+        "play two versions of a runbook on every scenario: what differs",
+        "runbook compare gpu-oom-recovery",
+    )
+    compare.add_argument(
+        "old", metavar="OLD", help="the runbook before the change (a YAML file), or a name"
+    )
+    compare.add_argument(
+        "new",
+        metavar="NEW",
+        nargs="?",
+        help="the runbook after the change; without it, OLD's file as of the last commit "
+        "(git show HEAD:PATH) is compared with the working copy",
+    )
+    compare.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this scenario (again for more): " + SCENARIO_NAMES,
+    )

@@ -346,11 +346,15 @@ _STATUS_STYLE = {
 
 def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
     label, colour = _STATUS_STYLE.get(record.status, (record.status, ""))
-    if record.wait is not None and record.wait.ended == "no-progress" and record.status == "ok":
+    if (
+        record.wait is not None
+        and record.wait.ended == "no-progress"
+        and record.status == StepStatus.OK
+    ):
         label, colour = "waited", "cyan"  # it showed that waiting cannot help: not a failure
     head = f"  [{number}/{total}] {record.id:<28} {style(f'{label:<9}', colour)} {record.duration_s:6.1f}s"
     what = record.message
-    if record.targets and record.status == "ok" and record.commands:
+    if record.targets and record.status == StepStatus.OK and record.commands:
         what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
     if len(what) > LINE:
         what = what[: LINE - 1] + "…"
@@ -413,7 +417,8 @@ def _fold(indices: str, index: int) -> str:
 def check_summary(results: Sequence[CheckResult], runbook: Runbook, style: Style) -> str:
     """The goal's checks: one line when they all hold, else each one that does not."""
     if all(r.ok for r in results):
-        return "  " + style("ok  ", "green") + f" the goal's {plural(len(results), 'check')} hold"
+        verb = "holds" if len(results) == 1 else "hold"
+        return "  " + style("ok  ", "green") + f" the goal's {plural(len(results), 'check')} {verb}"
     return check_lines([r for r in results if not r.ok], runbook, style)
 
 
