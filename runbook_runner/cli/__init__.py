@@ -75,7 +75,7 @@ def _ask_become_pass(args: argparse.Namespace, request: Request, prog: str) -> N
 
 def cmd_check(args: argparse.Namespace) -> int:
     request = request_of(args)
-    habits.refuse_inventory_as_identity(args, "runbook check")
+    habits.refuse_inventory_as_identity(request.target, "runbook check")
     _ask_become_pass(args, request, "runbook check")
     if _is_fleet(request.target):
         from runbook_runner.cli.connecting import become_password
@@ -98,8 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, request: Request) -> int:
-    habits.refuse_ansible_check(args)
-    habits.refuse_inventory_as_identity(args, f"runbook {request.command or 'run'}")
+    habits.refuse_ansible_check(request)
+    habits.refuse_inventory_as_identity(request.target, f"runbook {request.command or 'run'}")
     approval = request.approval
     if approval.out and _is_fleet(request.target):
         raise UsageError(

@@ -55,10 +55,15 @@ def _load_and_connect(
     return runbook, params, connecting.result(out.line)
 
 
+def load_requested(request: Request) -> Runbook:
+    """The runbook the request names (``--runbooks`` and $RUNBOOK_PATH's catalog, or a path)."""
+    catalogued = Catalog(tuple(search_path(request.runbooks, os.environ)))
+    return load(catalogued.find(str(request.runbook)))
+
+
 def load_with_params(request: Request) -> tuple[Runbook, dict[str, Any]]:
     """The runbook the request names, and its parameters (--gpus, then --set)."""
-    found = Catalog(tuple(search_path(request.runbooks, os.environ))).find(str(request.runbook))
-    runbook = load(found)
+    runbook = load_requested(request)
     narrowed = gpu_range(runbook, request.gpus)  # check, run and plan all have --gpus
     return runbook, resolve_parameters(runbook, [*narrowed, *request.settings])
 
