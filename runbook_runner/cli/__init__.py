@@ -75,12 +75,13 @@ def _ask_become_pass(args: argparse.Namespace, request: Request, prog: str) -> N
 
 def cmd_check(args: argparse.Namespace) -> int:
     request = request_of(args)
-    habits.refuse_inventory_as_identity(args, "runbook check")
+    habits.refuse_inventory_as_identity(request.target, "runbook check")
     _ask_become_pass(args, request, "runbook check")
     if _is_fleet(request.target):
+        from runbook_runner.cli.connecting import become_password
         from runbook_runner.cli.fleet_check import fleet_check
 
-        return fleet_check(args)
+        return fleet_check(request, become_password(args))
     _one_host(args, request, "runbook check")
     from runbook_runner.cli import host as cli_host
 
@@ -89,14 +90,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``runbook plan``: ``run --dry-run`` under its own name (its request says so)."""
-    request = request_of(args)
-    # What the run's code below still reads from the Namespace (cli/host.py, cli/fleet_run.py),
-    # as the request has it.
-    args.dry_run, args.plan, args.approved_by = True, None, None
-    args.from_step = args.resume = args.journal = None
-    args.force = args.break_lock = args.yes = False
-    args.serial, args.max_fail = 1, 1
-    return _run(args, request)
+    return _run(args, request_of(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -104,8 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, request: Request) -> int:
-    habits.refuse_ansible_check(args)
-    habits.refuse_inventory_as_identity(args, f"runbook {request.command or 'run'}")
+    habits.refuse_ansible_check(request)
+    habits.refuse_inventory_as_identity(request.target, f"runbook {request.command or 'run'}")
     approval = request.approval
     if approval.out and _is_fleet(request.target):
         raise UsageError(
@@ -132,7 +126,7 @@ def _run(args: argparse.Namespace, request: Request) -> int:
         # file is read, checked and its approval proved here, before anything connects.
         from runbook_runner.cli import planfile
 
-        request = planfile.read(args, request)
+        request = planfile.read(request)
     if not request.runbook:
         raise UsageError(
             f"--plan {approval.plan}: not a plan (it names no runbook); make one with "
@@ -165,9 +159,10 @@ def _run(args: argparse.Namespace, request: Request) -> int:
         )
     _ask_become_pass(args, request, "runbook run")
     if _is_fleet(request.target):
+        from runbook_runner.cli.connecting import become_password
         from runbook_runner.cli.fleet_run import fleet_run
 
-        return fleet_run(args)
+        return fleet_run(request, become_password(args))
     _one_host(args, request, "runbook run")
     from runbook_runner.cli import host as cli_host
 

@@ -16,7 +16,8 @@ from runbook_runner import journal as journal_module
 from runbook_runner import localfile
 from runbook_runner.cli import console
 from runbook_runner.cli.connecting import Connecting, Destination
-from runbook_runner.cli.host import RunSettings, load_named, run_on_host
+from runbook_runner.cli.host import RunSettings, load_requested, run_on_host
+from runbook_runner.cli.request import Request, request_of
 from runbook_runner.errors import StateFileInvalid, UsageError
 from runbook_runner.format.parameters import gpu_range, resolve_parameters
 from runbook_runner.journal import lines as journal_lines
@@ -45,10 +46,11 @@ class DrillHooks:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
-    return _drill(args, args.scenario, yes=args.yes)
+    request = request_of(args)
+    return _drill(request, str(request.scenario), yes=request.yes)
 
 
-def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
+def _drill(request: Request, scenario_name: str, *, yes: bool) -> int:
     from runbook_runner.simhost import drill as drills
     from runbook_runner.simhost.scenarios import SCENARIOS
 
@@ -57,15 +59,15 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
         raise UsageError(
             f"--scenario {scenario_name}: no such scenario "
             f"(scenarios: {', '.join(SCENARIOS)}, or random)",
-            f"runbook {args.command}",
+            f"runbook {request.command}",
         )
-    runbook = load_named(args)  # a bad runbook name fails before anything starts
+    runbook = load_requested(request)  # a bad runbook name fails before anything starts
     name = drills.pick(scenario_name)
     drill = drills.start(name)
     scenario = drill.scenario
-    out = console.Output(args.json)
+    out = console.Output(request.json)
     try:
-        label = "Test" if getattr(args, "command", "") == "test" else "Drill"
+        label = "Test" if request.command == "test" else "Drill"
         if named:
             out.line(out.style(f"{label}: {name}", "bold") + f": {scenario.teaches}.")
         else:
@@ -74,7 +76,7 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
                 + " (the debrief names it)."
             )
         _describe_simulated_host(out, drill)
-        given = {item.split("=", 1)[0] for item in args.set}
+        given = {item.split("=", 1)[0] for item in request.settings}
         known = [
             f"{k}={v}" for k, v in scenario.params if k not in given and k in runbook.parameters
         ]
@@ -99,8 +101,8 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
             )
 
         hooks = DrillHooks(name, drill.host.clock.now, judge)
-        hooks.retry = hooks.retry.replace("NAME", args.runbook)
-        code, report = _run_simulated(args, runbook, known, drill, yes=yes, hooks=hooks)
+        hooks.retry = hooks.retry.replace("NAME", str(request.runbook))
+        code, report = _run_simulated(request, runbook, known, drill, yes=yes, hooks=hooks)
         if report is not None:
             judgement = judge(report, code)
             if hooks.journal is not None:
@@ -117,11 +119,12 @@ def _drill(args: argparse.Namespace, scenario_name: str, *, yes: bool) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     """``runbook drill``'s machinery, without questions: a state file's host, or a scenario's.
     The host is simulated: nothing to ask about (as with --yes)."""
-    load_named(args)
+    request = request_of(args)
+    load_requested(request)
     if args.state is None:
-        return _drill(args, args.scenario or "oom-crash", yes=True)
+        return _drill(request, request.scenario or "oom-crash", yes=True)
     host = state_from_file(args.state)
-    return _simulate(args, Path(args.state).name, "Test", host)
+    return _simulate(request, Path(args.state).name, "Test", host)
 
 
 def state_from_file(name: str) -> Any:
@@ -143,18 +146,18 @@ def state_from_file(name: str) -> Any:
         raise StateFileInvalid(f"--state {name}: {error}") from None
 
 
-def _simulate(args: argparse.Namespace, name: str, label: str, state: Any) -> int:
+def _simulate(request: Request, name: str, label: str, state: Any) -> int:
     """A run on the simulated host a state file describes (no expert's row to judge it by)."""
     from runbook_runner.simhost import drill as drills
 
-    runbook = load_named(args)
+    runbook = load_requested(request)
     drill = drills.start(name, state)
-    out = console.Output(args.json)
+    out = console.Output(request.json)
     try:
         out.line(out.style(f"{label}: {name}", "bold") + f": {drill.scenario.teaches}.")
         _describe_simulated_host(out, drill)
         started = drill.host.clock.now()
-        code, report = _run_simulated(args, runbook, [], drill, yes=True)
+        code, report = _run_simulated(request, runbook, [], drill, yes=True)
         console.state_debrief(
             out, report, drills.changes(drill.host.calls), drill.host.clock.now() - started
         )
@@ -164,7 +167,7 @@ def _simulate(args: argparse.Namespace, name: str, label: str, state: Any) -> in
 
 
 def _run_simulated(
-    args: argparse.Namespace,
+    request: Request,
     runbook: Runbook,
     known: list[str],
     drill: Any,
@@ -176,20 +179,20 @@ def _run_simulated(
     the run session): the host lock taken on the simulated host, a journal in the usual
     folder, its simulated time."""
     settings = RunSettings(
-        dry_run=getattr(args, "dry_run", False),
-        out=getattr(args, "out", None),
+        dry_run=request.dry_run,
+        out=request.approval.out,
         simulated=True,
         yes=yes,
-        allow_reboot=args.allow_reboot,
-        allow_node_wide=getattr(args, "allow_node_wide", False),
+        allow_reboot=request.allow_reboot,
+        allow_node_wide=request.allow_node_wide,
         lock=True,  # taken on the simulated host (in its folder), as a real run takes it
-        as_json=args.json,
-        verbose=bool(getattr(args, "verbose", False)),
+        as_json=request.json,
+        verbose=request.verbose,
     )
     connecting = Connecting(_simulated_host(drill))
     try:
-        narrowed = gpu_range(runbook, getattr(args, "gpus", None))
-        params = resolve_parameters(runbook, [*narrowed, *known, *args.set])
+        narrowed = gpu_range(runbook, request.gpus)
+        params = resolve_parameters(runbook, [*narrowed, *known, *request.settings])
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
@@ -198,7 +201,7 @@ def _run_simulated(
         runbook,
         params,
         connecting,
-        console.Output(args.json),
+        console.Output(request.json),
         clock=drill.host.clock.now,
         sleep=drill.host.clock.sleep,
         drill=hooks,

@@ -9,7 +9,6 @@ cli/fleet_check.py and cli/fleet_run.py.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import getpass
 import json
@@ -42,6 +41,7 @@ from runbook_runner.journal import JournalError
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
+    from runbook_runner.cli.request import Request, Target
     from runbook_runner.fleet.inventory import Inventory
     from runbook_runner.fleet.selection import FleetHost
     from runbook_runner.transport import SshTarget, SshTransport
@@ -54,56 +54,59 @@ class BadFleetInput(Exception):
     """Bad fleet input, already explained: exit 2."""
 
 
-def select_hosts(args: argparse.Namespace) -> list[FleetHost]:
+def select_hosts(request: Request) -> list[FleetHost]:
     from runbook_runner.fleet import inventory as inventories
     from runbook_runner.fleet.selection import SelectionError, select
 
-    if args.max_hosts < 1:
-        raise UsageError("--max-hosts must be at least 1", prog(args))
+    target = request.target
+    if target.max_hosts < 1:
+        raise UsageError("--max-hosts must be at least 1", prog(request))
 
     inventory: Inventory | None = None
-    if args.inventory:
-        path = Path(args.inventory)
+    if target.inventory:
+        path = Path(target.inventory)
         try:
             text = localfile.read_text(path, localfile.LIST_LIMIT)
         except (OSError, UnicodeDecodeError) as error:
-            raise UsageError(f"--inventory {path}: cannot read it ({error})", prog(args)) from None
+            raise UsageError(
+                f"--inventory {path}: cannot read it ({error})", prog(request)
+            ) from None
         try:
-            inventory = inventories.parse(text, str(path), args.max_hosts)
+            inventory = inventories.parse(text, str(path), target.max_hosts)
         except inventories.InventoryError as error:
             print(f"runbook: {error}", file=sys.stderr)
             raise BadFleetInput from None
-    specs = [*(args.hosts or [])] + ([args.host] if args.host else [])
+    specs = [*target.hosts] + ([target.host] if target.host else [])
     try:
-        hosts = select(specs, inventory, args.limit, args.max_hosts)
+        hosts = select(specs, inventory, target.limit, target.max_hosts)
     except SelectionError as error:
-        raise UsageError(str(error), prog(args)) from None
+        raise UsageError(str(error), prog(request)) from None
     # The SSH options are checked once, here (a missing --ssh-config or key file is bad
     # input, exit 2, before any host is contacted), not found wrong on every host.
-    ssh_target(args, hosts[0])
+    ssh_target(request.target, hosts[0])
     return hosts
 
 
-def prog(args: argparse.Namespace) -> str:
-    return f"runbook {args.command}"
+def prog(request: Request) -> str:
+    return f"runbook {request.command}"
 
 
-def ssh_target(args: argparse.Namespace, host: FleetHost) -> SshTarget:
+def ssh_target(target: Target, host: FleetHost) -> SshTarget:
     """As for --host; the inventory's ansible_* and USER@ in the node set win over --port/--user,
     as in Ansible. ssh_config is looked up for the address connected to (ansible_host)."""
     from runbook_runner.transport import resolve_target
 
     return resolve_target(
         host.address or host.name,
-        port=host.port or args.port,
-        user=host.user or args.user,
-        identity_files=[host.identity] if host.identity else args.identity,
-        known_hosts=Path(args.known_hosts) if args.known_hosts else None,
-        accept_new_host_key=args.accept_new_host_key,
-        connect_timeout=args.connect_timeout,
-        ssh_config=Path(args.ssh_config) if args.ssh_config else None,
-        options=getattr(args, "ssh_options", None) or (),
-        jump=getattr(args, "jump", None),
+        port=host.port or target.port,
+        user=host.user or target.user,
+        identity_files=[host.identity] if host.identity else target.identity,
+        known_hosts=Path(target.known_hosts) if target.known_hosts else None,
+        accept_new_host_key=target.accept_new_host_key,
+        connect_timeout=target.connect_timeout,
+        ssh_config=Path(target.ssh_config) if target.ssh_config else None,
+        options=target.ssh_options,
+        jump=target.jump,
     )
 
 
@@ -126,21 +129,26 @@ class Messages:
 
 
 def connect(
-    args: argparse.Namespace, host: FleetHost, messages: Messages, stop: HostStop
+    to: Target,
+    become: str | None,
+    host: FleetHost,
+    messages: Messages,
+    stop: HostStop,
 ) -> SshTransport:
+    """Connect to one host of the fleet; ``become``: the sudo password -K asked for."""
     from dataclasses import replace
 
-    from runbook_runner.cli.connecting import become_password, key_recorded
+    from runbook_runner.cli.connecting import key_recorded
     from runbook_runner.transport import SshTransport
 
-    target = replace(ssh_target(args, host), on_open=stop.opened)  # a stop ends a handshake
+    target = replace(ssh_target(to, host), on_open=stop.opened)  # a stop ends a handshake
 
     def recorded(name: str, key: Any) -> None:
         messages.put(f"{host.name}: {key_recorded(name, key, target.known_hosts)}")
 
     # No passphrase prompt from a worker thread: an encrypted key needs ssh-agent here.
     transport = SshTransport(target, None, recorded)
-    transport.become_password = become_password(args)
+    transport.become_password = become
     # Worker threads get no signals: the main thread's stop reaches a running command here,
     # and the transport ends it on the host as it does after a signal on one host.
     transport.interrupt_check = stop.check
@@ -153,11 +161,11 @@ def connect(
 
 
 def transport_outcome(
-    args: argparse.Namespace, host: FleetHost, error: TransportError, started: float
+    target: Target, host: FleetHost, error: TransportError, started: float
 ) -> HostOutcome:
     labels = [host.name, host.address or ""]
     with contextlib.suppress(TransportError):
-        labels.insert(0, ssh_target(args, host).label)
+        labels.insert(0, ssh_target(target, host).label)
     message = summary.without_label(str(error), *labels)
     refused = isinstance(error, AuthenticationFailed | UnknownHostKey | HostKeyChanged)
     setup = isinstance(error, SshSetupError)  # this host's key file or ssh_config: exit 2
@@ -330,7 +338,7 @@ def print_summary(out: console.Output, outcomes: Sequence[HostOutcome]) -> None:
 
 
 def fleet_end(
-    args: argparse.Namespace,
+    request: Request,
     runbook: Any,
     params: dict[str, Any],
     hosts: list[Any],
@@ -339,7 +347,7 @@ def fleet_end(
 ) -> int:
     """The fleet's exit code (the worst over hosts), and with --json its one document."""
     code = summary.worst(o.code for o in outcomes)
-    if args.json:
+    if request.json:
         document = {
             "runbook": runbook.name,
             **extra,
@@ -364,7 +372,7 @@ def not_started(hosts: Sequence[FleetHost], line: str, code: ExitCode) -> list[H
 def not_started_outcome(
     host: FleetHost,
     stop: Stop,
-    journalled: tuple[argparse.Namespace, Runbook, dict[str, Any]] | None = None,
+    journalled: tuple[Request, Runbook, dict[str, Any]] | None = None,
 ) -> HostOutcome:
     """A host a signal reached before its run started; with ``journalled`` (a rollout), a
     journal of its own says so (run-start, then a run-end: interrupted, not started)."""
@@ -372,9 +380,9 @@ def not_started_outcome(
     name = signal.Signals(stop.signum).name
     record: dict[str, Any] = {"ok": False, "signal": name}
     if journalled is not None:
-        args, runbook, params = journalled
+        request, runbook, params = journalled
         try:
-            journalled_at = journal_not_started(args, runbook, params, host, stop.signum)
+            journalled_at = journal_not_started(request, runbook, params, host, stop.signum)
             record["journal"] = str(journalled_at)
         except JournalError as error:
             record["journal_error"] = str(error)
@@ -389,7 +397,7 @@ def not_started_outcome(
 
 
 def journal_not_started(
-    args: argparse.Namespace, runbook: Runbook, params: dict[str, Any], host: FleetHost, signum: int
+    request: Request, runbook: Runbook, params: dict[str, Any], host: FleetHost, signum: int
 ) -> Path:
     return session.record_not_started(
         runbook,
@@ -397,6 +405,6 @@ def journal_not_started(
         host.name,
         cli_host.journal_folder(),
         operator=getpass.getuser(),
-        dry_run=args.dry_run,
+        dry_run=request.dry_run,
         signum=signum,
     )

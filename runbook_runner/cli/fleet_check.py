@@ -6,7 +6,6 @@ Part of the CLI layer (cli/); the selecting, gathering and summary are cli/fleet
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -22,51 +21,60 @@ from runbook_runner.fleet.summary import HostOutcome
 from runbook_runner.runbook import Runbook
 
 if TYPE_CHECKING:
+    from runbook_runner.cli.request import Request, Target
     from runbook_runner.fleet.selection import FleetHost
 
 
-def fleet_check(args: argparse.Namespace) -> int:
-
-    if args.json and args.jsonl:
+def fleet_check(request: Request, become: str | None) -> int:
+    """``become``: the sudo password -K asked for, if any."""
+    target = request.target
+    if request.json and target.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook check")
-    if args.forks < 1:
+    if target.forks < 1:
         raise UsageError("--forks must be at least 1", "runbook check")
-    if args.workers < 0:
+    if target.workers < 0:
         raise UsageError("--workers must be 0 (one per core) or more", "runbook check")
     try:
-        hosts = fleet.select_hosts(args)
+        hosts = fleet.select_hosts(request)
     except fleet.BadFleetInput:
         return ExitCode.BAD_INPUT
-    runbook, params = cli_host.load_with_params(args)
-    structured = args.json or args.jsonl
+    runbook, params = cli_host.load_with_params(request)
+    structured = request.json or target.jsonl
     out = console.Output(structured)
     messages = fleet.Messages()
     stop = Stop()
-    forks = max(1, min(args.forks, len(hosts)))
+    forks = max(1, min(target.forks, len(hosts)))
     out.line(f"{runbook.name} on {len(hosts)} hosts (read-only check, {forks} at a time)")
 
-    want_record = bool(structured or args.prometheus)
+    want_record = bool(structured or request.prometheus)
 
     def work(host: FleetHost) -> HostOutcome:
         return _check_one(
-            args, runbook, params, host, messages, stop.for_host(), want_record=want_record
+            target,
+            become,
+            runbook,
+            params,
+            host,
+            messages,
+            stop.for_host(),
+            want_record=want_record,
         )
 
     def skipped(host: FleetHost) -> HostOutcome:  # after a signal: not started, said at once
         return fleet.not_started_outcome(host, stop)
 
-    workers = _workers(args, len(hosts))
+    workers = _workers(target, len(hosts))
     with fleet.signals_stop(stop):
         if workers > 1:
             outcomes = _gather_processes(
-                out, messages, stop, hosts, work, workers, forks, jsonl=args.jsonl
+                out, messages, stop, hosts, work, workers, forks, jsonl=target.jsonl
             )
         else:
             outcomes = fleet.gather(
-                out, messages, stop, hosts, work, forks, jsonl=args.jsonl, skipped=skipped
+                out, messages, stop, hosts, work, forks, jsonl=target.jsonl, skipped=skipped
             )
         fleet.print_summary(out, fleet.in_order(outcomes, hosts))
-        if args.prometheus:
+        if request.prometheus:
             from runbook_runner.cli import metrics
 
             results = [
@@ -75,13 +83,14 @@ def fleet_check(args: argparse.Namespace) -> int:
                 )
                 for o in fleet.in_order(outcomes, hosts)
             ]
-            metrics.write(args.prometheus, runbook.name, results, "runbook check")
-        code = fleet.fleet_end(args, runbook, params, hosts, outcomes)
+            metrics.write(request.prometheus, runbook.name, results, "runbook check")
+        code = fleet.fleet_end(request, runbook, params, hosts, outcomes)
         return fleet.interrupted_exit(out, stop, outcomes) if stop.stopped else code
 
 
 def _check_one(
-    args: argparse.Namespace,
+    target: Target,
+    become: str | None,
     runbook: Runbook,
     params: dict[str, Any],
     host: FleetHost,
@@ -97,12 +106,12 @@ def _check_one(
     if stop.stop.stopped:
         return fleet.not_started_outcome(host, stop.stop)
     try:
-        with fleet.connect(args, host, messages, stop) as transport:
+        with fleet.connect(target, become, host, messages, stop) as transport:
             observed = Runner(runbook, params, transport, sleep=stop.sleep).check_goal("now")
     except Interrupted as interrupt:
         return fleet.interrupted_outcome(host, interrupt, started, {})
     except TransportError as error:
-        return fleet.transport_outcome(args, host, error, started)
+        return fleet.transport_outcome(target, host, error, started)
     except Exception as error:  # one host's surprise must not end the others' checks
         return fleet.error_outcome(host, error, started)
     code = check_code(observed.results)
@@ -117,7 +126,7 @@ def _check_one(
     return HostOutcome(host.name, kind, code, fleet.checks_line(observed.results), elapsed, record)
 
 
-def _workers(args: argparse.Namespace, hosts: int) -> int:
+def _workers(target: Target, hosts: int) -> int:
     """Processes for a check: --workers, else one per core once the fleet is large enough
     to be worth a fork (each process has at least a few hosts and threads)."""
     import os
@@ -125,13 +134,13 @@ def _workers(args: argparse.Namespace, hosts: int) -> int:
     from runbook_runner.cli.parser import AUTO_WORKERS_FROM
 
     wanted: int
-    if args.workers:
-        wanted = int(args.workers)
+    if target.workers:
+        wanted = target.workers
     elif hosts >= AUTO_WORKERS_FROM:
         wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     else:
         wanted = 1
-    return max(1, min(wanted, hosts, int(args.forks)))
+    return max(1, min(wanted, hosts, target.forks))
 
 
 def _gather_processes(

@@ -6,7 +6,6 @@ Part of the CLI layer (cli/); the selecting, gathering and summary are cli/fleet
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import getpass
 import sys
@@ -26,44 +25,46 @@ from runbook_runner.runbook import Runbook
 from runbook_runner.status import STOPPING
 
 if TYPE_CHECKING:
+    from runbook_runner.cli.request import Request
     from runbook_runner.events import Answer, ConfirmRequest
     from runbook_runner.fleet.selection import FleetHost
 
 
-def fleet_run(args: argparse.Namespace) -> int:
+def fleet_run(request: Request, become: str | None) -> int:
+    """``become``: the sudo password -K asked for, if any."""
     from runbook_runner.fleet.rollout import batches, may_continue
 
-    for option, given in (("--journal", args.journal), ("--resume", args.resume)):
+    for option, given in (("--journal", request.journal), ("--resume", request.resume)):
         if given:
             raise UsageError(
                 f"{option} is for one host; on many hosts each gets its own journal",
                 "runbook run",
             )
-    if args.json and args.jsonl:
+    if request.json and request.target.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook run")
-    if args.serial < 1:
+    if request.serial < 1:
         raise UsageError("--serial must be at least 1", "runbook run")
-    if args.max_fail is not None and args.max_fail < 1:
+    if request.max_fail is not None and request.max_fail < 1:
         raise UsageError("--max-fail must be at least 1", "runbook run")
     try:
-        hosts = fleet.select_hosts(args)
+        hosts = fleet.select_hosts(request)
     except fleet.BadFleetInput:
         return ExitCode.BAD_INPUT
-    runbook, params = cli_host.load_with_params(args)
-    if args.from_step and args.from_step not in [s.id for s in runbook.steps]:
+    runbook, params = cli_host.load_with_params(request)
+    if request.from_step and request.from_step not in [s.id for s in runbook.steps]:
         raise UsageError(
-            f"--from {args.from_step}: {runbook.name} has no step {args.from_step!r}",
+            f"--from {request.from_step}: {runbook.name} has no step {request.from_step!r}",
             "runbook run",
         )
-    out = console.Output(args.json or args.jsonl)
+    out = console.Output(request.json or request.target.jsonl)
     messages = fleet.Messages()
-    mode = " (dry run: observations only, nothing changes)" if args.dry_run else ""
-    plan = batches(hosts, args.serial)
+    mode = " (dry run: observations only, nothing changes)" if request.dry_run else ""
+    plan = batches(hosts, request.serial)
     out.line(
-        f"{runbook.name} on {render.plural(len(hosts), 'host')}, {args.serial} at a time "
+        f"{runbook.name} on {render.plural(len(hosts), 'host')}, {request.serial} at a time "
         f"({render.plural(len(plan), 'batch', 'batches')}){mode}"
     )
-    asks = runbook.destructive and not args.dry_run and not args.yes and sys.stdin.isatty()
+    asks = runbook.destructive and not request.dry_run and not request.yes and sys.stdin.isatty()
     outcomes: list[HostOutcome] = []
     stopped: str | None = None
     stop = Stop()
@@ -72,19 +73,19 @@ def fleet_run(args: argparse.Namespace) -> int:
             if stop.stopped:
                 break
             failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
-            if not may_continue(failures, args.max_fail):
+            if not may_continue(failures, request.max_fail):
                 stopped = (
-                    f"not started — {fleet.count(failures)} failed (--max-fail {args.max_fail})"
+                    f"not started — {fleet.count(failures)} failed (--max-fail {request.max_fail})"
                 )
                 break
-            approved = args.yes
+            approved = request.yes
             if asks:
                 messages.drain(out)
                 try:
                     stop.raise_here = True
                     if stop.stopped:
                         break
-                    answer = _ask_batch(out, runbook, args, batch, number, len(plan))
+                    answer = _ask_batch(out, runbook, request, batch, number, len(plan))
                 except Interrupted:
                     break
                 finally:
@@ -97,7 +98,9 @@ def fleet_run(args: argparse.Namespace) -> int:
                 approved = True
 
             def work(host: FleetHost, approved: bool = approved) -> HostOutcome:
-                return _run_one(args, runbook, params, host, messages, approved, stop.for_host())
+                return _run_one(
+                    request, become, runbook, params, host, messages, approved, stop.for_host()
+                )
 
             outcomes += fleet.gather(
                 out,
@@ -106,7 +109,7 @@ def fleet_run(args: argparse.Namespace) -> int:
                 batch,
                 work,
                 len(batch),
-                jsonl=args.jsonl,
+                jsonl=request.target.jsonl,
                 done_before=outcomes,
                 total=len(hosts),
             )
@@ -114,21 +117,23 @@ def fleet_run(args: argparse.Namespace) -> int:
             started = {o.host for o in outcomes}
             for host in hosts:
                 if host.name not in started:
-                    outcomes.append(fleet.not_started_outcome(host, stop, (args, runbook, params)))
+                    outcomes.append(
+                        fleet.not_started_outcome(host, stop, (request, runbook, params))
+                    )
         elif stopped is not None:
             started = {o.host for o in outcomes}
             outcomes += fleet.not_started(
                 [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
             )
         fleet.print_summary(out, fleet.in_order(outcomes, hosts))
-        code = fleet.fleet_end(args, runbook, params, hosts, outcomes, dry_run=args.dry_run)
+        code = fleet.fleet_end(request, runbook, params, hosts, outcomes, dry_run=request.dry_run)
         return fleet.interrupted_exit(out, stop, outcomes) if stop.stopped else code
 
 
 def _ask_batch(
     out: console.Output,
     runbook: Runbook,
-    args: argparse.Namespace,
+    request: Request,
     batch: Sequence[FleetHost],
     number: int,
     total: int,
@@ -149,7 +154,7 @@ def _ask_batch(
         if not step.destructive:
             continue
         note = ""
-        if step.reboots and not args.allow_reboot:
+        if step.reboots and not request.allow_reboot:
             note = " (reboots: not run without --allow-reboot)"
         out.line(f"    {step.id}: {step.title} (affects {step.affects}){note}")
         if step.run is not None:
@@ -196,7 +201,8 @@ class _BatchConsent:
 
 
 def _run_one(
-    args: argparse.Namespace,
+    request: Request,
+    become: str | None,
     runbook: Runbook,
     params: dict[str, Any],
     host: FleetHost,
@@ -212,8 +218,8 @@ def _run_one(
 
     started = time.monotonic()
     if stop.stop.stopped:
-        return fleet.not_started_outcome(host, stop.stop, (args, runbook, params))
-    consent = _BatchConsent(approved, yes=args.yes, allow_reboot=args.allow_reboot)
+        return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
+    consent = _BatchConsent(approved, yes=request.yes, allow_reboot=request.allow_reboot)
     numbers = {step.id: index for index, step in enumerate(runbook.steps, 1)}
     style = render.Style(False)
 
@@ -225,11 +231,11 @@ def _run_one(
             messages.put(f"{host.name}: {printable(line.strip())}")
 
     try:
-        with fleet.connect(args, host, messages, stop) as transport:
+        with fleet.connect(request.target, become, host, messages, stop) as transport:
             if stop.stop.stopped:  # connected after the stop: nothing runs here
-                return fleet.not_started_outcome(host, stop.stop, (args, runbook, params))
-            if args.dry_run:  # the plan, as on one host: one look, no lock, no journal
-                return _planned(args, runbook, params, host.name, transport, started)
+                return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
+            if request.dry_run:  # the plan, as on one host: one look, no lock, no journal
+                return _planned(request, runbook, params, host.name, transport, started)
             # Named as the inventory or node set names the host (gpu07), not by its address.
             named = dataclasses.replace(transport.target, host=host.name)
             outcome = session.run(
@@ -241,24 +247,24 @@ def _run_one(
                     session.JournalPolicy(cli_host.journal_folder()),
                     getpass.getuser(),
                     names=session.HostNames(named.label, host.name, host.name),
-                    lock=session.LockPolicy(True, args.break_lock),
-                    dry_run=args.dry_run,
-                    from_step=args.from_step,
-                    allow_node_wide=getattr(args, "allow_node_wide", False),
+                    lock=session.LockPolicy(True, request.break_lock),
+                    dry_run=request.dry_run,
+                    from_step=request.from_step,
+                    allow_node_wide=request.allow_node_wide,
                     on_event=on_event,
                     sleep=stop.sleep,
                 )
             )
     except Interrupted:  # stopped while connecting: its run never began
-        return fleet.not_started_outcome(host, stop.stop, (args, runbook, params))
+        return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
     except TransportError as error:
-        return fleet.transport_outcome(args, host, error, started)
+        return fleet.transport_outcome(request.target, host, error, started)
     except Exception as error:  # one host's surprise must not end the rollout's accounting
         return fleet.error_outcome(host, error, started)
     journal_path = str(outcome.journal) if outcome.journal is not None else ""
     raised = outcome.error
     if isinstance(raised, Interrupted) and outcome.journal is None:
-        return fleet.not_started_outcome(host, stop.stop, (args, runbook, params))
+        return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
     if isinstance(raised, Interrupted):
         return fleet.interrupted_outcome(host, raised, started, {"journal": journal_path})
     if isinstance(raised, HostLocked | LockUnavailable):
@@ -271,7 +277,7 @@ def _run_one(
             {"ok": False, "error": str(raised), "journal": journal_path},
         )
     if isinstance(raised, TransportError):
-        return fleet.transport_outcome(args, host, raised, started)
+        return fleet.transport_outcome(request.target, host, raised, started)
     if isinstance(raised, Exception):
         return fleet.error_outcome(host, raised, started, {"journal": journal_path or None})
     if raised is not None:
@@ -288,7 +294,7 @@ def _run_one(
         "steps": [r.to_json() for r in report.steps],
     }
     elapsed = time.monotonic() - started
-    code = run_code(report, dry_run=args.dry_run, reboot_blocked=consent.reboot_blocked)
+    code = run_code(report, dry_run=request.dry_run, reboot_blocked=consent.reboot_blocked)
     kind = summary.KIND_OF_CODE[code]
     if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
         line = f"stopped: cannot tell — before {report.blocked.id}"
@@ -313,7 +319,7 @@ def _run_one(
 
 
 def _planned(
-    args: argparse.Namespace,
+    request: Request,
     runbook: Runbook,
     params: dict[str, Any],
     name: str,
@@ -328,9 +334,9 @@ def _planned(
         runbook,
         params,
         transport,
-        allow_reboot=args.allow_reboot,
-        allow_node_wide=getattr(args, "allow_node_wide", False),
-        asked={"runbook": str(args.runbook), "host": name, "port": None},
+        allow_reboot=request.allow_reboot,
+        allow_node_wide=request.allow_node_wide,
+        asked={"runbook": str(request.runbook), "host": name, "port": None},
     )
     plan, document = looked.plan, looked.document
     code = plan.exit_code

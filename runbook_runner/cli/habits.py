@@ -16,9 +16,12 @@ import argparse
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook_runner.errors import RunbookRunnerError, UsageError
+
+if TYPE_CHECKING:
+    from runbook_runner.cli.request import Request, Target
 
 _KEY_MARKS = (b"PRIVATE KEY-----", b"PuTTY-User-Key-File", b"ssh-", b"ecdsa-", b"sk-ssh-")
 _INI_GROUP = re.compile(r"\[[A-Za-z0-9_.:-]+\]\Z")
@@ -53,9 +56,9 @@ def looks_like_inventory(head: bytes) -> bool:
     return hosts and (len(lines) > 1 or "=" in lines[0])
 
 
-def refuse_inventory_as_identity(args: argparse.Namespace, prog: str) -> None:
+def refuse_inventory_as_identity(target: Target, prog: str) -> None:
     """``-i FILE`` where FILE is an inventory: say which option takes it (exit 2)."""
-    for path in getattr(args, "identity", None) or ():
+    for path in target.identity or ():
         try:
             with open(os.path.expanduser(path), "rb") as handle:
                 head = handle.read(65536)
@@ -82,10 +85,10 @@ class AnsibleCheck(argparse.Action):
         setattr(namespace, self.dest, option_string)
 
 
-def refuse_ansible_check(args: argparse.Namespace) -> None:
-    given = getattr(args, "ansible_check", None)
+def refuse_ansible_check(request: Request) -> None:
+    given = request.ansible_check
     if given:
-        name = getattr(args, "runbook", None) or "NAME"
+        name = request.runbook or "NAME"
         raise UsageError(
             f"{given} is Ansible's dry run: 'runbook plan {name} ...' is the dry run "
             "(the same options; it changes nothing)",

@@ -43,23 +43,29 @@ def load_named(args: argparse.Namespace) -> Runbook:
 
 
 def _load_and_connect(
-    args: argparse.Namespace, out: console.Output
+    args: argparse.Namespace, request: Request, out: console.Output
 ) -> tuple[Runbook, dict[str, Any], SshTransport]:
     """Load the runbook and its parameters while the connection is being opened."""
     connecting = started(args)
     try:
-        runbook, params = load_with_params(args)
+        runbook, params = load_with_params(request)
     except BaseException:
         connecting.abandon()  # bad input is reported as such, whatever the host does
         raise
     return runbook, params, connecting.result(out.line)
 
 
-def load_with_params(args: argparse.Namespace) -> tuple[Runbook, dict[str, Any]]:
-    """The runbook the command line names, and its parameters (--gpus, then --set)."""
-    runbook = load_named(args)
-    narrowed = gpu_range(runbook, args.gpus)  # check, run and plan all have --gpus
-    return runbook, resolve_parameters(runbook, [*narrowed, *args.set])
+def load_requested(request: Request) -> Runbook:
+    """The runbook the request names (``--runbooks`` and $RUNBOOK_PATH's catalog, or a path)."""
+    catalogued = Catalog(tuple(search_path(request.runbooks, os.environ)))
+    return load(catalogued.find(str(request.runbook)))
+
+
+def load_with_params(request: Request) -> tuple[Runbook, dict[str, Any]]:
+    """The runbook the request names, and its parameters (--gpus, then --set)."""
+    runbook = load_requested(request)
+    narrowed = gpu_range(runbook, request.gpus)  # check, run and plan all have --gpus
+    return runbook, resolve_parameters(runbook, [*narrowed, *request.settings])
 
 
 def _host_label(transport: SshTransport) -> str:
@@ -71,8 +77,8 @@ def cmd_check(args: argparse.Namespace, request: Request) -> int:
     from runbook_runner.engine import Runner
 
     began = time.monotonic()
-    out = console.Output(args.json)
-    runbook, params, connected = _load_and_connect(args, out)
+    out = console.Output(request.json)
+    runbook, params, connected = _load_and_connect(args, request, out)
     with connected as transport:
         out.line(f"{runbook.name} on {_host_label(transport)} (read-only check)")
         observed = Runner(runbook, params, transport).check_goal("now")
@@ -84,7 +90,7 @@ def cmd_check(args: argparse.Namespace, request: Request) -> int:
         out.line(out.style("goal does NOT hold", "red", "bold"))
     else:
         out.line(out.style("cannot tell whether the goal holds: see ???? above", "yellow", "bold"))
-    if args.json:
+    if request.json:
         document = {
             "runbook": runbook.name,
             "host": transport.target.host,
@@ -174,7 +180,7 @@ def cmd_run(args: argparse.Namespace, request: Request) -> int:
     connecting = started(args)
     approved = None
     try:
-        runbook, params = load_with_params(args)
+        runbook, params = load_with_params(request)
         if request.approval.plan:
             approved, params, request = _approved_plan(request, runbook, params)
         resume = _resume_point(request, runbook) if request.resume else None

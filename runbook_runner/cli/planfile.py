@@ -18,7 +18,6 @@ connection: ssh/connect.py refuses another before logging in.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,11 +27,10 @@ from runbook_runner.errors import UsageError
 from runbook_runner.plan import saved as saved_plan
 
 
-def read(args: argparse.Namespace, request: Request) -> Request:
+def read(request: Request) -> Request:
     """Read the plan the request names, check it and its approval, and give the request
     the rest of the command takes from it: the runbook and host it names (unless the command
-    line does), the approver, the approval said in words, and the host pin. (cli/host.py
-    still reads them from ``args``, set here as well.)"""
+    line does), the approver, the approval said in words, and the host pin."""
     where = str(request.approval.plan)
     try:
         data = localfile.read_regular(Path(where), localfile.PLAN_LIMIT)
@@ -61,9 +59,6 @@ def read(args: argparse.Namespace, request: Request) -> Request:
         plan_approval=words,
         plan_pin=PlanPin(where, approved.host_key, approved.destination),
     )
-    args.runbook, args.host, args.port = request.runbook, target.host, target.port
-    args.approved_by, args.plan_approval = approved_by, words
-    args.plan_pin, args.saved_plan = request.plan_pin, approved
     return request
 
 
