@@ -321,6 +321,26 @@ def test_rollout_goes_on_past_a_failure_under_a_higher_max_fail(fleet, files, ca
     assert "gpu1: goal NOT reached — step reset-gpus failed" in out
 
 
+def test_each_host_of_a_rollout_has_its_verdict_in_the_json(fleet, files, capsys):
+    """The same verdict as on one host, per host: done (each action with its targets),
+    left alone, still wrong, next."""
+    orphan(fleet[0], resets_fail=99)
+    orphan(fleet[2])
+    code, out, _ = cli(
+        capsys, "run", files["runbook"], "--hosts", "gpu[1-3]", "--max-fail", "2", "--yes",
+        "--json", *files["common"], "--user", fleet[0].user,
+    )  # fmt: skip
+    assert code == ExitCode.GOAL_NOT_MET, out
+    verdicts = {h["host"]: h["verdict"] for h in json.loads(out)["hosts"]}
+    assert set(verdicts) == {"gpu1", "gpu2", "gpu3"}
+    assert verdicts["gpu2"]["done"] == []  # held already: nothing done
+    assert verdicts["gpu2"]["still_wrong"] == []
+    assert [d.split(":")[0] for d in verdicts["gpu3"]["done"]] == ["reset-gpus"]
+    assert "GPU 3" in verdicts["gpu3"]["done"][0]
+    assert verdicts["gpu3"]["still_wrong"] == []
+    assert verdicts["gpu1"]["still_wrong"], verdicts["gpu1"]  # its reset failed: still wrong
+
+
 def _rollout_on_a_terminal(files, user, answers: str, *extra: str) -> subprocess.CompletedProcess:
     import pty
 

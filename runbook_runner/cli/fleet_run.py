@@ -292,6 +292,7 @@ def _run_one(
         if report.after
         else [],
         "steps": [r.to_json() for r in report.steps],
+        "verdict": report.verdict.to_json(),
     }
     elapsed = time.monotonic() - started
     code = run_code(report, dry_run=request.dry_run, reboot_blocked=consent.reboot_blocked)
@@ -306,9 +307,16 @@ def _run_one(
         return HostOutcome(
             host.name, summary.DECLINED, code, f"declined — {reason}", elapsed, record
         )
+    held = report.verdict.held
+    if report.ok and held:  # exit 9: the checks hold, a GPU of the subject does not
+        more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+        line = f"goal holds, but still held: {held[0]}{more}"
+        return HostOutcome(host.name, kind, code, line, elapsed, record)
     if report.ok:
         how = f"reached by {report.reached_by}" if report.reached_by else "held already"
-        return HostOutcome(host.name, kind, code, f"ok — goal {how}", elapsed, record)
+        left = report.verdict.left_alone
+        alone = f"; left alone: {len(left)}" if left else ""
+        return HostOutcome(host.name, kind, code, f"ok — goal {how}{alone}", elapsed, record)
     stopped = [r for r in report.steps if r.status in STOPPING]
     line = "goal NOT reached"
     if stopped:
