@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from test_ownership import HEADER, SUBJECT
+
 from conftest import REPO
 from runbook_runner.expect import evaluate_check
 from runbook_runner.observe.proctree import (
@@ -19,17 +21,8 @@ from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.plan import ownership
 from runbook_runner.plan import permission as guard
 from runbook_runner.plan.ownership import Owner, ProbeResult
-from runbook_runner.runbook import Subject, load
+from runbook_runner.runbook import load
 
-SUBJECT = Subject(
-    description="the server",
-    launcher=r"sglang\.launch_server|vllm serve",
-    workers=r"sglang::|VLLM::",
-    unit=r"^(sglang|vllm)[A-Za-z0-9_@.-]*\.service$",
-    health_path="/health",
-    ports=(("sglang", 30000), ("vllm", 8000)),
-)
-HEADER = "    PID    PPID    PGID     SID USER      ELAPSED STAT CGROUP     COMMAND\n"
 FLAT = "0::/"
 LAUNCH = "python3 -m sglang.launch_server --model-path /m --tp-size 4"
 
