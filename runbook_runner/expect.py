@@ -153,8 +153,11 @@ class _Verdict:
     cannot_tell: bool = False
 
 
-def _judge(expression: Expression, context: _Context, subject: str) -> _Verdict:
-    """Evaluate one expression and explain the outcome."""
+def _judge(
+    expression: Expression, context: _Context, subject: str, explain: bool = True
+) -> _Verdict:
+    """Evaluate one expression and explain the outcome (a filter's ``where`` needs only
+    whether it holds: ``explain=False`` leaves a comparison's figures unformatted)."""
     tree = expression.tree
     try:
         ok = expr.evaluate(tree, context.resolve)
@@ -177,6 +180,8 @@ def _judge(expression: Expression, context: _Context, subject: str) -> _Verdict:
         return _Verdict(
             False, repr(ok), "true", f"{subject}: {expression.source} is not a condition"
         )
+    if not explain:
+        return _Verdict(ok, "", expression.source, "")
     if isinstance(tree, expr.Binary) and tree.op in {"<", "<=", ">", ">=", "==", "!="}:
         return _explain_comparison(tree, expression, context, subject, ok)
     found = "true" if ok else "false"
@@ -355,7 +360,8 @@ def _none(
         if check.where is None:
             matching.append(item)
             continue
-        verdict = _judge(check.where, _Context(runbook, state, params, item), item.describe())
+        context = _Context(runbook, state, params, item)
+        verdict = _judge(check.where, context, item.describe(), explain=False)
         if verdict.cannot_tell:
             unknown.append(verdict.message)
         elif verdict.ok:

@@ -9,9 +9,11 @@ a record type's fields for the checks, the type checker and the reference.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import typing
 from dataclasses import field
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 
@@ -50,6 +52,7 @@ class OpenRecord:
         return name in field_names(type(self)) or any(key == name for key, _ in self.extra)
 
 
+@functools.cache
 def field_names(record_type: type) -> tuple[str, ...]:
     """The declared fields of a record (an open record has more: see :func:`open_type`)."""
     return tuple(f.name for f in dataclasses.fields(record_type) if not f.metadata.get("hidden"))
@@ -76,6 +79,7 @@ def snake(key: str) -> str:
     return text if text and text[0].isalpha() else f"c_{text}" if text else ""
 
 
+@functools.cache
 def field_label(record_type: type, name: str) -> tuple[str, str]:
     """The (label, unit) pair of one field, for messages."""
     for f in dataclasses.fields(record_type):
@@ -84,10 +88,11 @@ def field_label(record_type: type, name: str) -> tuple[str, str]:
     return name, ""
 
 
-def field_kinds(record_type: type) -> dict[str, str]:
+@functools.cache
+def field_kinds(record_type: type) -> Mapping[str, str]:
     """Each field's kind for type checks: 'number', 'string' or 'boolean' (from the annotations)."""
     hints = typing.get_type_hints(record_type)
-    kinds = {}
+    kinds: dict[str, str] = {}
     for name in field_names(record_type):
         args = set(typing.get_args(hints[name])) or {hints[name]}
         args.discard(type(None))
