@@ -10,6 +10,7 @@ the file name).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -340,7 +341,15 @@ def loads(
     raw: bytes, filename: str, stem: str | None = None, *, string_placeholders: bool = False
 ) -> Runbook:
     """:func:`load` of bytes. ``string_placeholders``: a runbook written before the list
-    form (for ``runbook compare`` on the simulated hosts only; see check_meaning)."""
+    form (for ``runbook compare`` on the simulated hosts only; see check_meaning).
+
+    A runbook is a frozen value of its bytes: the same bytes load once per process (a
+    fleet, ``runbook compare`` and the drills load one file many times)."""
+    return _loads(raw, filename, stem, string_placeholders)
+
+
+@functools.lru_cache(maxsize=32)
+def _loads(raw: bytes, filename: str, stem: str | None, string_placeholders: bool) -> Runbook:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

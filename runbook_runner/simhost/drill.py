@@ -47,7 +47,7 @@ def start(scenario_name: str, state: SimHost | None = None) -> Drill:
         scenario = Scenario(scenario_name, "the host your state file describes", lambda: state)
     else:
         scenario = SCENARIOS[scenario_name]
-    host = DrillHost(scenario.build()).start()
+    host = DrillHost(scenario.build(), save_state=False).start()
     folder = Path(tempfile.mkdtemp(prefix="runbook-drill-"))
     drill = Drill(scenario, host, folder)
     host.client_key.write_private_key_file(str(drill.identity))

@@ -59,6 +59,9 @@ class DrillHost:
     clock: SimClock = field(default_factory=SimClock)
     user: str = "root"
     folder: Path | None = None
+    # state.json after every call, for a person looking at a practice host (runbook sim);
+    # a drill's folder goes with it, unread, and saving is most of a stand-in call's time
+    save_state: bool = True
 
     def __post_init__(self) -> None:
         self.processes = SimProcesses(self.host, self.clock)
@@ -115,7 +118,8 @@ class DrillHost:
                 self.reboots += 1
                 self._going_down = (list(self._transports), list(self._running))
             hostshell.sync_shm(self.shell, self.host)
-            self.host.save(self.shell.state_file)
+            if self.save_state:
+                self.host.save(self.shell.state_file)
             return Answer("".join(env.stdout), "".join(env.stderr), status)
 
     def restore(self, host: SimHost, now: float) -> None:
