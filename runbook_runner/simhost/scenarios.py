@@ -593,7 +593,7 @@ MATRIX += (
         actions=("reset GPUs 0,1,2,3,4,5,6,7 together",),
         ideal_s=40,
         lesson="a fabric-wide reset is one command: name the whole NVLink group with -i, once",
-        page="pitfalls/ours-and-broken.md#which-rung-the-fault-picks",
+        page="pitfalls/orphaned-gpu-memory.md#a-reset-that-reaches-more-than-its-gpu",
         thread=GPU_RESET_MAN,
     ),
     Scenario(
