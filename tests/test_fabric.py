@@ -15,7 +15,7 @@ from runbook_runner.observe import PARSERS
 from runbook_runner.observe.nvidia_fabric import parse_fabric, parse_topology
 from runbook_runner.observe.state import GpuFabric, ProcessOwner
 from runbook_runner.plan import decide
-from runbook_runner.plan.fabric import reset_reach
+from runbook_runner.plan.fabric import GpuGroup, reset_reach, together
 from runbook_runner.plan.ownership import Disposition, Owner
 from runbook_runner.plan.permission import permitted
 
@@ -213,6 +213,51 @@ def test_without_a_reach_a_reset_is_judged_by_its_own_gpu_as_before():
     assert [item.index for item in allowed.allowed] == [0, 1, 2, 3, 4]
 
 
+def test_a_fabric_wide_group_all_ours_is_one_target_naming_every_gpu_of_it():
+    # nvidia-smi(1), -r: NVLink peers of a pre-Ampere GPU "must also be reset in the same
+    # command"; the -i list names them all, those that hold no memory too.
+    volta = _box("Volta", "Tesla V100-SXM3-32GB", ALL_TO_ALL, "active")
+    ours = [_holder(4120, 0, Disposition.ACT, Owner.OURS)]
+    allowed = _reset(volta, ours)
+    assert len(allowed.allowed) == 4
+    [group] = together(allowed.allowed, volta)
+    assert isinstance(group, GpuGroup)
+    assert group.index == "0,1,2,3,4,5,6,7"
+    assert group.minors == frozenset(range(8))
+    assert "before Ampere" in group.why
+    # One GPU of the group is a stranger's: nothing is grouped, every reset is held back.
+    assert together(_reset(volta).allowed, volta) == ()
+
+
+def test_each_group_once_and_a_per_gpu_reset_stays_one_gpu():
+    rings = {0: (1, 3), 1: (0, 2), 2: (1, 3), 3: (2, 0), 4: (5, 7), 5: (4, 6), 6: (5, 7), 7: (6, 4)}
+    two = _box("Volta", "Tesla V100-SXM2-32GB", rings, None)
+    targets = together([_Item(i) for i in (0, 2, 5)], two)
+    assert [t.index for t in targets] == ["0,1,2,3", "4,5,6,7"]
+    hopper = _box("Hopper", "NVIDIA H100 80GB HBM3", ALL_TO_ALL, None)
+    assert [t.index for t in together([_Item(0), _Item(2)], hopper)] == [0, 2]
+    unknown = _box("", "Some Future GPU", ALL_TO_ALL, None)  # cannot tell: sent as it was
+    assert [t.index for t in together([_Item(0)], unknown)] == [0]
+
+
+def test_the_reset_rung_targets_the_group_once_and_the_command_names_it_all():
+    volta = _box("Volta", "Tesla V100-SXM3-32GB", ALL_TO_ALL, "active")
+    state = {**state_of((), (30_000,) * 8), "gpu_fabric": volta}
+    step = next(s for s in RECOVERY.steps if s.id == "reset-gpus")
+    made = decide.decide(RECOVERY, DEFAULTS, state, {}, step, subject=SUBJECT)
+    assert made.verdict is decide.Verdict.RUN
+    [group] = made.items
+    assert step.run is not None
+    line = step.run.render(lambda name: getattr(group, name.removeprefix("item.")))
+    assert line == "nvidia-smi --gpu-reset -i 0,1,2,3,4,5,6,7"
+    # persistence mode is not grouped: restore-persistence matches it by index
+    off = next(s for s in RECOVERY.steps if s.id == "persistence-off")
+    assert not any(
+        isinstance(i, GpuGroup)
+        for i in decide.decide(RECOVERY, DEFAULTS, state, {}, off, subject=SUBJECT).items
+    )
+
+
 # -- the property, over the blast-radius test's generated hosts ----------------------------
 
 FABRICS = {
@@ -246,6 +291,9 @@ def test_no_reset_reaches_a_gpu_whose_holder_nobody_can_attribute(host, kind):
             RECOVERY, DEFAULTS, state, {}, step, subject=SUBJECT, allow_node_wide=True
         )
         for item in made.items:
-            reach = reset_reach(item.minor_number, FABRICS[kind]).gpus
-            reached = set(range(8)) if reach is None else reach
+            if isinstance(item, GpuGroup):  # one command for the group: it reaches them all
+                reached = set(item.minors)
+            else:
+                reach = reset_reach(item.minor_number, FABRICS[kind]).gpus
+                reached = set(range(8)) if reach is None else reach
             assert not reached & strangers, (kind, step.id, item.index, strangers)

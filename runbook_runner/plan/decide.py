@@ -54,6 +54,9 @@ _STOPS = re.compile(r"\bsystemctl\s+(stop|restart|kill)\b")
 _RESETS = re.compile(
     r"--gpu-reset\b|\bnvidia-smi\b.*\s(-r|-pm\s+0|--persistence-mode[=\s]+0)(\s|$)"
 )
+# The reset itself (not the persistence mode that serves it): where a reset is fabric-wide,
+# its GPUs are named in one command (plan/fabric.py, together).
+_RESETS_ITSELF = re.compile(r"--gpu-reset\b|\bnvidia-smi\b.*\s-r(\s|$)")
 
 
 def observations_needed(runbook: Runbook, step: Step) -> list[str]:
@@ -168,6 +171,8 @@ def _owned(
             held_back=allowed.held_back,
         )
     items = tuple(item for item in allowed.allowed if item is not None)
+    if _resets(step) and step.run is not None and _RESETS_ITSELF.search(step.run.source):
+        items = fabric.together(items, _fabric(runbook, state))
     return Decision(
         Verdict.RUN, items=items, left_alone=allowed.left_alone, held_back=allowed.held_back
     )
@@ -191,6 +196,15 @@ def _reach(runbook: Runbook, state: Mapping[str, Any]) -> Callable[[int], fabric
         return lambda minor: fabric.Reach(None, f"what a reset reaches cannot be told: {told}")
     records = tuple(row for n in names for row in state[n])
     return lambda minor: fabric.reset_reach(minor, records)
+
+
+def _fabric(runbook: Runbook, state: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The runbook's ``gpu-fabric`` records, as observed (none: not observed or not
+    answered, and no GPU is grouped with another)."""
+    names = [n for n, o in runbook.observations.items() if o.parser == "gpu-fabric"]
+    if any(n not in state or isinstance(state[n], Unavailable) for n in names):
+        return ()
+    return tuple(row for n in names for row in state[n])
 
 
 def unreported(step: Step, item: Any, params: Mapping[str, Any]) -> list[str]:

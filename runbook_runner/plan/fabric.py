@@ -24,6 +24,18 @@ NVSwitch from a bridge in ``topo -m``, holds more back than the reset reaches, n
 less); one of an older GPU with NVLinks reaches its whole NVLink group. Whatever cannot be
 told (no report, an architecture not known here, Fabric Manager's state not read) is
 "cannot tell": the reset is treated as node-wide.
+
+A group's reset is one command. The same page: "any GPUs with NVLink connections to a GPU
+being reset must also be reset in the same command. This can be done either by omitting
+the -i switch, or using the -i switch to specify the GPUs to be reset. If the -i option
+does not specify a complete set of NVLink GPUs to reset, this command will issue an error
+identifying the additional GPUs that must be included in the reset command." So where
+every GPU a reset reaches may be reset (none is left alone: plan/permission.py), the
+GPUs of one group become one target, :class:`GpuGroup`, whose ``index`` is the -i list
+(``0,1,2,3,4,5,6,7``, one word): the rung's ``nvidia-smi --gpu-reset -i {{ item.index }}``
+then names the whole group once (:func:`together`). The -i list, not -r alone: it resets
+that group and nothing else (on a node of two groups, the other one), and nvidia-smi
+refuses it, rather than reaching further, if the list is not the whole group.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runbook_runner.observe.state import GpuFabric
 
@@ -75,6 +88,72 @@ class Reach:
     @property
     def alone(self) -> bool:
         return self.gpus is not None and len(self.gpus) == 1
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """The GPUs one reset command must name together (nvidia-smi(1), -r), as one target.
+    ``index``: nvidia-smi's ``-i`` list (``0,1,2,3``), what the rung's
+    ``{{ item.index }}`` renders, one word; ``minor_numbers``: their /dev/nvidiaN, the
+    same way; ``why``: the rule that binds them."""
+
+    index: str
+    minor_numbers: str
+    why: str = ""
+
+    @property
+    def minors(self) -> frozenset[int]:
+        return frozenset(int(m) for m in self.minor_numbers.split(",") if m.isdigit())
+
+    def describe(self) -> str:
+        return f"GPUs {self.index} together"
+
+    def target(self) -> str:
+        """What a confirmation names: the GPUs, their device files, and why together."""
+        devices = ", ".join(f"/dev/nvidia{m}" for m in sorted(self.minors))
+        return f"GPUs {self.index} in one command ({devices}): {self.why}"
+
+
+def together(items: Sequence[Any], fabric: Sequence[GpuFabric]) -> tuple[Any, ...]:
+    """The targets of a GPU reset's commands: each item (a GPU) alone where its reset
+    reaches only it (or what it reaches cannot be told: it is sent as it was), and one
+    :class:`GpuGroup` per NVLink group whose reset is fabric-wide, once, in the place of
+    its first GPU; the group names every GPU the reset reaches, those not among the
+    items too (nvidia-smi refuses a list that is not the whole group). Only for items
+    already permitted (plan/permission.py): none of the group is left alone."""
+    by_minor = {_minor(g): g for g in fabric}
+    targets: list[Any] = []
+    seen: set[frozenset[int]] = set()
+    for item in items:
+        minor = _item_minor(item)
+        reached = reset_reach(minor, fabric) if minor is not None else None
+        if reached is None or reached.gpus is None or reached.alone:
+            targets.append(item)
+            continue
+        if reached.gpus in seen:
+            continue
+        members = [by_minor.get(m) for m in sorted(reached.gpus)]
+        indexes = sorted(g.index for g in members if g is not None and g.index is not None)
+        if len(indexes) != len(reached.gpus):
+            targets.append(item)  # a GPU of the group has no index: cannot be named
+            continue
+        seen.add(reached.gpus)
+        targets.append(
+            GpuGroup(
+                index=",".join(str(i) for i in indexes),
+                minor_numbers=",".join(str(m) for m in sorted(reached.gpus)),
+                why=reached.why,
+            )
+        )
+    return tuple(targets)
+
+
+def _item_minor(item: Any) -> int | None:
+    minor = getattr(item, "minor_number", None)
+    if isinstance(minor, int):
+        return minor
+    index = getattr(item, "index", None)
+    return index if isinstance(index, int) else None
 
 
 def generation(gpu: GpuFabric) -> int | None:

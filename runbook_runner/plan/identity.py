@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.observe.state import Gpu, ProcessOwner, ShmSegment
+from runbook_runner.plan.fabric import GpuGroup
 from runbook_runner.runbook import Step
 from runbook_runner.safetext import visible
 
@@ -26,7 +27,7 @@ AGE_SLACK_S = 5  # ages are whole seconds read at different moments
 class Target:
     """One thing an action acts on: what it is, how it is named, and what identifies it."""
 
-    kind: str  # process, gpu, file, unit, item
+    kind: str  # process, gpu, gpus (reset together), file, unit, item
     key: str  # the PID, index, path or name
     text: str  # as a confirmation names it (host text escaped)
     record: str = ""  # the observed record's type (ProcessOwner, Gpu, ShmSegment, ...)
@@ -73,6 +74,8 @@ def target(item: Any, named: str | None = None) -> Target:
         return Target("unit", unit, text, type(item).__name__, fields)
     if isinstance(item, Gpu):
         key, kind = str(item.index), "gpu"
+    elif isinstance(item, GpuGroup):  # GPUs one reset command names together
+        key, kind = item.index, "gpus"
     elif isinstance(item, ShmSegment):
         key, kind = str(item.path), "file"
     elif getattr(item, "pid", None) is not None:
@@ -94,6 +97,9 @@ def fingerprint(tgt: Target, holders: Mapping[int, Sequence[str]]) -> dict[str, 
         minor = f.get("minor_number", f.get("index"))
         found["holders"] = sorted(holders.get(int(minor), ())) if minor is not None else []
         return found
+    if tgt.kind == "gpus":
+        minors = [int(m) for m in str(f.get("minor_numbers", "")).split(",") if m.isdigit()]
+        return {"holders": sorted({h for m in minors for h in holders.get(m, ())})}
     if tgt.kind == "file":
         return _some(f, "size_bytes", "owner", "age_s")
     return {}
@@ -122,7 +128,9 @@ def moved(kind: str, key: str, was: Mapping[str, Any], now: Mapping[str, Any] | 
     process that is gone, a file removed: nothing is done to it, which moves nothing)."""
     if now is None:
         return None
-    name = {"process": "PID", "gpu": "GPU", "file": "file", "unit": "unit"}.get(kind, kind)
+    name = {"process": "PID", "gpu": "GPU", "gpus": "GPUs", "file": "file", "unit": "unit"}.get(
+        kind, kind
+    )
     for field_name in (
         "command",
         "process_name",
@@ -141,7 +149,7 @@ def moved(kind: str, key: str, was: Mapping[str, Any], now: Mapping[str, Any] | 
     if "age_s" in was and isinstance(age, int | float) and age + AGE_SLACK_S < was["age_s"]:
         what = "another process" if kind == "process" else "a new file"
         return f"{name} {key} is now {what} (younger than the one in the plan)"
-    if kind == "gpu":
+    if kind in ("gpu", "gpus"):
         new = sorted(set(now.get("holders", ())) - set(was.get("holders", ())))
         if new:
             return f"GPU {key} is now also held by " + "; ".join(new)

@@ -142,6 +142,9 @@ def _reset(env: Env, ids: list[int] | None) -> int:
     if ids is None:
         env.out("ERROR: a GPU reset needs -i with the GPU to reset.\n\n")
         return 255
+    groups = {tuple(host.reset_group(host.gpu(index))) for index in ids}
+    if any(len(group) > 1 for group in groups):
+        return _reset_together(env, ids, groups)
     for index in ids:
         gpu = host.gpu(index)
         refusal = host.reset(gpu)
@@ -149,6 +152,38 @@ def _reset(env: Env, ids: list[int] | None) -> int:
             env.out(render.reset_refused(gpu, refusal))
             return 255
         env.out(render.reset_succeeded(gpu))
+    return 0
+
+
+def _reset_together(env: Env, ids: list[int], groups: set[tuple[int, ...]]) -> int:
+    """A reset on a fabric whose GPUs are reset only with their NVLink peers (nvidia-smi(1),
+    -r: "If the -i option does not specify a complete set of NVLink GPUs to reset, this
+    command will issue an error identifying the additional GPUs that must be included in
+    the reset command"). The man page gives no wording nor exit status: the text here is
+    shaped after it, and 255 is its RETURN VALUE for "Other error". A complete set is reset
+    together, all or nothing."""
+    host = env.host
+    missing = sorted({i for group in groups for i in group} - set(ids))
+    if missing:
+        for index in ids:  # what was tried, as a reset of each GPU named
+            host.act(f"reset GPU {index}")
+        host.note(
+            f"the reset of GPU {','.join(map(str, ids))} was refused: GPUs "
+            f"{','.join(map(str, missing))}, NVLinked to it, must be reset in the same command"
+        )
+        env.out(
+            "The following GPUs must be reset in the same command as the GPUs given with -i "
+            "(they have NVLink connections to them):\n"
+            + "".join(f"  GPU {host.gpu(i).bus_id}\n" for i in missing)
+            + "\n"
+        )
+        return 255
+    gpus = [host.gpu(i) for i in sorted(ids)]
+    refused = host.reset_together(gpus)
+    if refused is not None:
+        env.out(render.reset_refused(*refused))
+        return 255
+    env.out("".join(render.reset_succeeded(g) for g in gpus))
     return 0
 
 

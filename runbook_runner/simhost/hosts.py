@@ -462,6 +462,23 @@ def volta_nvswitch_stranger_gpu5() -> SimHost:
     return host
 
 
+def volta_nvswitch_all_ours() -> SimHost:
+    """Our TP8 server crashed (OOM) on eight V100s on one NVSwitch fabric (as on an HGX-2
+    baseboard): every GPU keeps its memory, no process is left, nobody else is on the
+    node. Before Ampere a GPU is reset only in the same command as every GPU NVLinked to
+    it, so a reset of GPU 0 alone is refused: the eight are reset together, once."""
+    host = eight_gpu_server()
+    for gpu in host.gpus:
+        gpu.orphaned_mib = 91_000
+    host.kernel_messages = [
+        "[Mon Nov 30 14:02:11 2026] Out of memory: Killed process 4127 (sglang::schedul) "
+        "total-vm:412000000kB, anon-rss:39845888kB",
+    ]
+    host = _on_nvswitch(host, "Tesla V100-SXM3-32GB", "Volta", 32768, 6, 30_000)
+    host.driver_version, host.cuda_version = "535.161.08", "12.2"
+    return host
+
+
 def hopper_nvswitch_stranger_gpu5() -> SimHost:
     """The same flat node on H100 SXMs on an NVSwitch fabric: from Hopper on, each GPU is
     reset individually, so GPUs 0-3 are reset and GPU 5 is not touched."""

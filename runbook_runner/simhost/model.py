@@ -288,6 +288,41 @@ class SimHost:
             names += [s.name for s in self.services if s.active and s.holds_gpus]
         return names
 
+    def reset_group(self, gpu: SimGpu) -> list[int]:
+        """The GPUs a reset of this one must name in the same command (nvidia-smi(1), -r):
+        on the NVSwitch fabric, every GPU, when it is older than Ampere, or Ampere while
+        Fabric Manager does not run; else itself alone."""
+        if not self.nvswitch_links:
+            return [gpu.index]
+        manager = any(s.name == "nvidia-fabricmanager" and s.active for s in self.services)
+        older = gpu.architecture in ("Kepler", "Maxwell", "Pascal", "Volta", "Turing")
+        if older or (gpu.architecture == "Ampere" and not manager):
+            return [g.index for g in self.gpus]
+        return [gpu.index]
+
+    def reset_together(self, gpus: list[SimGpu]) -> tuple[SimGpu, str] | None:
+        """Reset the GPUs of one group in one command: all of them or none (every one
+        must be free first); recorded as one action. Returns the GPU that refused, and
+        why; None when it worked."""
+        named = ",".join(str(g.index) for g in gpus)
+        self.act(f"reset GPUs {named} together")
+        for gpu in gpus:
+            refusal = (
+                "GPU is lost"
+                if gpu.lost
+                else "In use by another client"
+                if self.holders(gpu)
+                else None
+            )
+            if refusal is not None:
+                self.note(f"the reset of GPUs {named} was refused: GPU {gpu.index}: {refusal}")
+                return gpu, refusal
+        for gpu in gpus:
+            gpu.orphaned_mib = 0
+            gpu.fault = ""
+            gpu.mig = []
+        return None
+
     def reset(self, gpu: SimGpu) -> str | None:
         """Reset one GPU; returns why it was refused, or None when it worked."""
         holders = self.holders(gpu)

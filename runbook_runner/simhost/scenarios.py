@@ -58,6 +58,7 @@ from runbook_runner.simhost.hosts import (
     stuck_d_state,
     supervisor_restarts_server,
     two_servers_one_broken,
+    volta_nvswitch_all_ours,
     volta_nvswitch_stranger_gpu5,
     wedged_server,
     xid_79,
@@ -576,6 +577,23 @@ MATRIX += (
         exit_code=6,
         message="cannot tell who holds",
         cannot_tell=(7001,),
+        thread=GPU_RESET_MAN,
+    ),
+    Scenario(
+        "volta-nvswitch-all-ours",
+        "our TP8 server crashed on eight V100s of one NVSwitch fabric: before Ampere a GPU is "
+        "reset only in the same command as every GPU NVLinked to it, so the eight are reset "
+        "together, once, not one by one",
+        volta_nvswitch_all_ours,
+        wrong="orphaned memory on all eight Tesla V100-SXM3 of one NVSwitch fabric (topo -m: "
+        "NV6 between every pair), no process left, nobody else on the node",
+        expert="reset the eight GPUs in one command, nvidia-smi --gpu-reset -i 0,1,2,3,4,5,6,7 "
+        "(nvidia-smi(1): pre-Ampere NVLink peers are reset in the same command; a reset of one "
+        "is refused with the GPUs it lacks named)",
+        actions=("reset GPUs 0,1,2,3,4,5,6,7 together",),
+        ideal_s=40,
+        lesson="a fabric-wide reset is one command: name the whole NVLink group with -i, once",
+        page="pitfalls/orphaned-gpu-memory.md#a-reset-that-reaches-more-than-its-gpu",
         thread=GPU_RESET_MAN,
     ),
     Scenario(
