@@ -559,7 +559,7 @@ def test_a_stranger_on_gpu5_holds_back_only_gpu5_and_the_node_wide_rungs():
     assert "PID 7001" in node.blocked[0]
 
 
-def test_a_mig_instance_in_use_by_a_process_no_holder_is_holds_back_every_node_wide_rung():
+def test_a_mig_instance_used_by_a_process_no_holder_shows_holds_back_node_wide_rungs():
     """nvidia-smi lists PID 7301 in GPU 1's MIG instance 1 and no holder of /dev/nvidia* is
     it (no /proc, no fuser line): whose it is cannot be told, and a driver reload or a reboot
     would reach it. GPU 7's orphaned memory is still reset, GPU 1 is not."""
