@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_blast_radius import DEFAULTS, RECOVERY, classified, hosts, state_of, unattributed
+from test_blast_radius import (
+    DEFAULTS,
+    RECOVERY,
+    classified,
+    hosts,
+    minor,
+    observed,
+    state_of,
+    unattributed,
+)
 
 from conftest import fixture_text
 from runbook_runner.errors import ParseError
@@ -281,7 +290,7 @@ FABRICS = {
 def test_no_reset_reaches_a_gpu_whose_holder_nobody_can_attribute(host, kind):
     owners = classified(host)
     strangers = {r.minor_number for r in owners if unattributed(r) and r.minor_number is not None}
-    state = {**state_of(owners, host.used_mib), "gpu_fabric": FABRICS[kind]}
+    state = {**state_of(owners, observed(host)), "gpu_fabric": FABRICS[kind]}
     if kind == "unobserved":
         del state["gpu_fabric"]
     for step in RECOVERY.steps:
@@ -294,6 +303,6 @@ def test_no_reset_reaches_a_gpu_whose_holder_nobody_can_attribute(host, kind):
             if isinstance(item, GpuGroup):  # one command for the group: it reaches them all
                 reached = set(item.minors)
             else:
-                reach = reset_reach(item.minor_number, FABRICS[kind]).gpus
+                reach = reset_reach(minor(item), FABRICS[kind]).gpus
                 reached = set(range(8)) if reach is None else reach
             assert not reached & strangers, (kind, step.id, item.index, strangers)

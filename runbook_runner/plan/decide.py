@@ -59,6 +59,11 @@ _RESETS = re.compile(
 _RESETS_ITSELF = re.compile(r"--gpu-reset\b|\bnvidia-smi\b.*\s-r(\s|$)")
 
 
+# What nvidia-smi says runs in each MIG instance (nvidia-smi -q -d PIDS): a node-wide rung
+# reaches every instance, and one in use by a process no holder record is cannot be scoped.
+_INSTANCES = "gpu-processes-detail"
+
+
 def observations_needed(runbook: Runbook, step: Step) -> list[str]:
     """Every observation :func:`decide` reads for this step, in the runbook's order."""
     checks = [*step.skip_if, *step.fixes]
@@ -71,6 +76,8 @@ def observations_needed(runbook: Runbook, step: Step) -> list[str]:
         names |= {n for n, o in runbook.observations.items() if o.parser == "process-owners"}
         if _resets(step):
             names |= {n for n, o in runbook.observations.items() if o.parser == "gpu-fabric"}
+        if step.affects == "node":
+            names |= {n for n, o in runbook.observations.items() if o.parser == _INSTANCES}
     return [name for name in runbook.observations if name in names]
 
 
@@ -147,6 +154,15 @@ def _owned(
         reason = unavailable[0].reason if unavailable else "the process owners were not observed"
         return Decision(Verdict.BLOCKED, f"blocked: cannot tell who owns what: {reason}")
     owners = tuple(row for n in names for row in state[n])
+    if step.affects == "node":
+        unseen = permission.unseen_instance_users(_instance_users(runbook, state), owners)
+        if unseen:
+            return Decision(
+                Verdict.BLOCKED,
+                "blocked: a node-wide action while a MIG instance is in use by a process no "
+                "holder of /dev/nvidia* is (a reset needs the GPU idle, and its instances do "
+                "not survive it): " + "; ".join(unseen),
+            )
     allowed = permission.permitted(
         subject,
         step.affects,
@@ -175,6 +191,19 @@ def _owned(
         items = fabric.together(items, _fabric(runbook, state))
     return Decision(
         Verdict.RUN, items=items, left_alone=allowed.left_alone, held_back=allowed.held_back
+    )
+
+
+def _instance_users(runbook: Runbook, state: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The processes nvidia-smi lists in MIG instances, where it was asked and answered
+    (not asked, or no answer: no evidence of one, as before)."""
+    names = [n for n, o in runbook.observations.items() if o.parser == _INSTANCES]
+    return tuple(
+        row
+        for n in names
+        if isinstance(state.get(n), tuple)
+        for row in state[n]
+        if getattr(row, "gpu_instance_id", None) is not None
     )
 
 

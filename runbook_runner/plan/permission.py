@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.observe.state import GpuProcess, ProcessOwner
 from runbook_runner.plan.fabric import Reach
 from runbook_runner.plan.ownership import INFRASTRUCTURE_UNITS, OURS, Disposition, Owner
 from runbook_runner.runbook import Subject
@@ -284,6 +284,26 @@ def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:
             seen[r.pid] = (
                 f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} (look: {look_command(r.pid)})"
             )
+    return list(seen.values())
+
+
+def unseen_instance_users(
+    processes: Sequence[GpuProcess], owners: Sequence[ProcessOwner]
+) -> list[str]:
+    """The processes nvidia-smi lists in a MIG instance that no holder record is: whose they
+    are cannot be told, and a node-wide rung would reach them (NVIDIA's reset needs the GPU
+    idle, and its GPU and compute instances do not survive it: nvidia-smi(1) -r, the MIG
+    user guide)."""
+    known = {r.pid for r in owners if r.pid is not None}
+    seen: dict[int, str] = {}
+    for p in processes:
+        if p.pid is None or p.pid in known or p.pid in seen:
+            continue
+        seen[p.pid] = (
+            f"PID {p.pid} ({(p.process_name or '?')[:60]}) in GPU instance "
+            f"{p.gpu_instance_id} of GPU {p.gpu_bus_id or '?'} (look: nvidia-smi -q -d PIDS; "
+            f"{look_command(p.pid)})"
+        )
     return list(seen.values())
 
 
