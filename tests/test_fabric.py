@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from test_blast_radius import (
     DEFAULTS,
     RECOVERY,
+    answering,
     classified,
     hosts,
     minor,
@@ -251,7 +252,7 @@ def test_each_group_once_and_a_per_gpu_reset_stays_one_gpu():
 
 def test_the_reset_rung_targets_the_group_once_and_the_command_names_it_all():
     volta = _box("Volta", "Tesla V100-SXM3-32GB", ALL_TO_ALL, "active")
-    state = {**state_of((), (30_000,) * 8), "gpu_fabric": volta}
+    state = {**state_of((), answering((30_000,) * 8)), "gpu_fabric": volta}
     step = next(s for s in RECOVERY.steps if s.id == "reset-gpus")
     made = decide.decide(RECOVERY, DEFAULTS, state, {}, step, subject=SUBJECT)
     assert made.verdict is decide.Verdict.RUN
