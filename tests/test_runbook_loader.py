@@ -214,6 +214,39 @@ def test_a_ladder_with_an_unknown_key_is_refused_by_name():
     ]
 
 
+def test_a_ladders_affects_is_every_rungs_unless_the_rung_says_its_own():
+    from runbook_runner.runbook import loads
+
+    text = LADDERS.replace("    destructive: true\n", "    destructive: true\n    affects: gpu\n")
+    text = text.replace("        affects: gpu\n", "")
+    runbook = loads(text.encode(), "x.yaml", stem="x")
+    _, reset, last = runbook.steps
+    assert (reset.affects, last.affects) == ("gpu", "node")
+
+
+def test_a_destructive_rung_with_no_affects_of_its_own_nor_its_ladders_is_refused():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(LADDERS.replace("        affects: gpu\n", "").encode(), "x.yaml", stem="x")
+    assert raised.value.lines == [
+        "x.yaml:17:9: steps[1].rungs[0]: a destructive step must say what it 'affects': "
+        "process, service, gpu or node"
+    ]
+
+
+def test_a_ladders_affects_outside_the_blast_radii_is_refused_at_its_line():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    text = LADDERS.replace("    destructive: true\n", "    destructive: true\n    affects: rack\n")
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(text.encode(), "x.yaml", stem="x")
+    assert raised.value.lines == [
+        "x.yaml:16:14: steps[1].affects: must be one of: process, service, gpu, files, node; "
+        "got the string 'rack'"
+    ]
+
+
 def test_the_recovery_runbook_reads_as_its_ladders():
     """The grouping of the shipped recovery runbook, as its summary tells it."""
     runbook = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")

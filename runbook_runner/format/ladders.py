@@ -2,8 +2,8 @@
 
 A runbook's ``steps`` lists steps and ladders. A ladder groups its rungs under a name
 (``ladder: gpu``) with the defaults that fit a ladder: a rung's failure passes to the next
-rung (``on_failure: continue``) unless the rung says otherwise, and ``root`` or
-``destructive`` given once for every rung. A step (or rung) may say when it runs in one
+rung (``on_failure: continue``) unless the rung says otherwise, and ``root``,
+``destructive`` or ``affects`` given once for every rung (a rung's own key wins). A step (or rung) may say when it runs in one
 place, ``runs: {for_each_failing: ..., fixes: ..., skip_if: ..., when: ...}``.
 
 :func:`step_specs` flattens that into one spec per step, in file order, each with the
@@ -21,7 +21,7 @@ from runbook_runner.format.yamlsource import Path
 # What a step says about when it runs, in one place: ``runs: {...}``.
 RUNS_KEYS = ("for_each_failing", "fixes", "skip_if", "when")
 # What a ladder gives each of its rungs that does not say otherwise.
-LADDER_DEFAULTS = ("root", "destructive", "on_failure")
+LADDER_DEFAULTS = ("root", "destructive", "on_failure", "affects")
 
 
 @dataclass
