@@ -307,3 +307,36 @@ def test_minus_v_lists_every_rung_not_needed_with_why(capsys):
     assert code == ExitCode.OK
     assert "not needed:" not in out
     assert re.search(r"reboot-for-xid +skipped .*nothing to fix: no-xid-needs-reboot", out)
+
+
+def test_a_simulated_reboot_drops_the_connection_before_the_command_ends():
+    """The client finds the host gone as soon as its reboot command ends: how many
+    simulated seconds a run takes to notice must not depend on this machine's speed
+    (a busy machine made `runbook compare` report xid-79 as differing by a second)."""
+    import contextlib
+
+    from runbook_runner.errors import ConnectionLost
+    from runbook_runner.simhost import drill as drills
+    from runbook_runner.transport import SshTransport, resolve_target
+
+    practice = drills.start("xid-79")
+    try:
+        target = resolve_target(
+            "127.0.0.1",
+            port=practice.host.port,
+            user="root",
+            identity_files=[str(practice.identity)],
+            known_hosts=practice.known_hosts,
+            ssh_config=practice.ssh_config,
+            ssh=None,  # as a drill connects: no program of this machine is asked
+        )
+        transport = SshTransport(target).connect()
+        try:
+            with contextlib.suppress(ConnectionLost):
+                transport.run("reboot", timeout=60)
+            assert not transport.alive()
+            assert practice.host.reboots == 1
+        finally:
+            transport.close()
+    finally:
+        practice.close()

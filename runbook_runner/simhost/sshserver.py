@@ -255,10 +255,13 @@ class DrillHost:
         self._running.discard(process)
         # Told before its status is sent: the client cannot have sent the next command yet,
         # so a reboot after this is not this command's.
-        rebooted = self.reboots != reboots
-        self._finish(channel, started, process.returncode, b"")
-        if rebooted:
+        if self.reboots != reboots:
+            # The connection drops before the reboot's status (as a host whose shutdown
+            # ends the session first): the client finds the host gone the moment its
+            # command ends, so how long it takes to notice, in simulated seconds, does not
+            # depend on how fast this machine is.
             self._went_down()
+        self._finish(channel, started, process.returncode, b"")
 
     def _finish(self, channel: paramiko.Channel, started: float, status: int, err: bytes) -> None:
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
