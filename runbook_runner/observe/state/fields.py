@@ -9,11 +9,10 @@ a record type's fields for the checks, the type checker and the reference.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import typing
-from dataclasses import field
 from collections.abc import Mapping
+from dataclasses import field
 from typing import Any, ClassVar
 
 
@@ -52,10 +51,17 @@ class OpenRecord:
         return name in field_names(type(self)) or any(key == name for key, _ in self.extra)
 
 
-@functools.cache
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def field_names(record_type: type) -> tuple[str, ...]:
-    """The declared fields of a record (an open record has more: see :func:`open_type`)."""
-    return tuple(f.name for f in dataclasses.fields(record_type) if not f.metadata.get("hidden"))
+    """The declared fields of a record (an open record has more: see :func:`open_type`);
+    read once per type: every value a check reads asks."""
+    names = _NAMES.get(record_type)
+    if names is None:
+        fields = dataclasses.fields(record_type)
+        names = _NAMES[record_type] = tuple(f.name for f in fields if not f.metadata.get("hidden"))
+    return names
 
 
 def open_type(record_type: type) -> str | None:
@@ -79,18 +85,28 @@ def snake(key: str) -> str:
     return text if text and text[0].isalpha() else f"c_{text}" if text else ""
 
 
-@functools.cache
+_LABELS: dict[tuple[type, str], tuple[str, str]] = {}
+
+
 def field_label(record_type: type, name: str) -> tuple[str, str]:
     """The (label, unit) pair of one field, for messages."""
-    for f in dataclasses.fields(record_type):
-        if f.name == name:
-            return f.metadata.get("label", name), f.metadata.get("unit", "")
-    return name, ""
+    found = _LABELS.get((record_type, name))
+    if found is None:
+        found = (name, "")
+        for f in dataclasses.fields(record_type):
+            if f.name == name:
+                found = (f.metadata.get("label", name), f.metadata.get("unit", ""))
+        _LABELS[(record_type, name)] = found
+    return found
 
 
-@functools.cache
+_KINDS: dict[type, Mapping[str, str]] = {}
+
+
 def field_kinds(record_type: type) -> Mapping[str, str]:
     """Each field's kind for type checks: 'number', 'string' or 'boolean' (from the annotations)."""
+    if record_type in _KINDS:
+        return _KINDS[record_type]
     hints = typing.get_type_hints(record_type)
     kinds: dict[str, str] = {}
     for name in field_names(record_type):
@@ -104,4 +120,5 @@ def field_kinds(record_type: type) -> Mapping[str, str]:
             kinds[name] = "string"
         else:
             kinds[name] = "any"
+    _KINDS[record_type] = kinds
     return kinds
