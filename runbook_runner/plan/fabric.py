@@ -125,7 +125,7 @@ def together(items: Sequence[Any], fabric: Sequence[GpuFabric]) -> tuple[Any, ..
     targets: list[Any] = []
     seen: set[frozenset[int]] = set()
     for item in items:
-        minor = _item_minor(item)
+        minor = item_minor(item)
         reached = reset_reach(minor, fabric) if minor is not None else None
         if reached is None or reached.gpus is None or reached.alone:
             targets.append(item)
@@ -148,7 +148,9 @@ def together(items: Sequence[Any], fabric: Sequence[GpuFabric]) -> tuple[Any, ..
     return tuple(targets)
 
 
-def _item_minor(item: Any) -> int | None:
+def item_minor(item: Any) -> int | None:
+    """A GPU item's /dev/nvidiaN: its minor number, else its index (a GPU that answered
+    with a fault reports no minor number)."""
     minor = getattr(item, "minor_number", None)
     if isinstance(minor, int):
         return minor

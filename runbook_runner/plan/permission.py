@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runbook_runner.observe.state import GpuProcess, ProcessOwner
-from runbook_runner.plan.fabric import Reach
+from runbook_runner.plan.fabric import Reach, item_minor
 from runbook_runner.plan.ownership import INFRASTRUCTURE_UNITS, OURS, Disposition, Owner
 from runbook_runner.runbook import Subject
 
@@ -113,10 +113,10 @@ def permitted(
         verdict: LeftAlone | str | None
         if affects in (None, "process") and getattr(item, "pid", None) is not None:
             verdict = _for_pid(item.pid, by_pid)
-        elif affects == "gpu" and _minor(item) is not None:
-            verdict = _for_gpu(_minor(item), owners)
+        elif affects == "gpu" and item_minor(item) is not None:
+            verdict = _for_gpu(item_minor(item), owners)
             if verdict is None and reach is not None:
-                verdict = _for_reach(_minor(item), reach, owners)
+                verdict = _for_reach(item_minor(item), reach, owners)
         elif affects == "service" and _unit(item):
             verdict = _for_unit(subject, _unit(item), owners, stops)
         else:
@@ -137,14 +137,6 @@ def _row_said(row: ProcessOwner) -> str:
 
 def _whose(row: ProcessOwner) -> str:
     return f"{row.owner or 'unclassified'}: {row.evidence or 'no evidence'}"
-
-
-def _minor(item: Any) -> int | None:
-    minor = getattr(item, "minor_number", None)
-    if isinstance(minor, int):
-        return minor
-    index = getattr(item, "index", None)
-    return index if isinstance(index, int) else None
 
 
 def _unit(item: Any) -> str:
