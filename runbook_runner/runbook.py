@@ -27,6 +27,7 @@ from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Problem
 from runbook_runner.observe import PARSERS
+from runbook_runner.observe.commands import OWN_COMMANDS
 
 
 class RunbookInvalid(RunbookRunnerError):
@@ -72,6 +73,7 @@ class Observation:
     text: Template | None = None
     alone: bool = False  # never run at the same time as the other observations of a set
     ok_exit: tuple[int, ...] = (0,)  # statuses whose output is data; others: cannot tell
+    own_command: bool = False  # the command is its parser's own (observe/commands.py)
 
     @property
     def source(self) -> str:
@@ -369,7 +371,18 @@ def _loads(raw: bytes, filename: str, stem: str | None, string_placeholders: boo
     runbook = _build(source.data)
     warnings = tuple(p.format(filename) for p in sorted(blast_radius_warnings(source)))
     runbook = replace(runbook, warnings=warnings)
-    return _with_origin(runbook, filename, digest)
+    own = tuple(o.source for o in runbook.observations.values() if o.own_command)
+    return _with_origin(runbook, filename, runbook_digest(raw, own))
+
+
+def runbook_digest(raw: bytes, own_commands: tuple[str, ...] = ()) -> str:
+    """The runbook's SHA-256 as it runs: its bytes, and the parsers' own commands it runs
+    (a tool whose own command changed runs another runbook: a saved plan or a journal of
+    the old one is refused). With no own command, the file's plain SHA-256."""
+    if not own_commands:
+        return hashlib.sha256(raw).hexdigest()
+    added = "".join(f"\n# own command: {text}" for text in own_commands)
+    return hashlib.sha256(raw + added.encode()).hexdigest()
 
 
 def _problem(path: yamlsource.Path, message: str) -> Problem:
@@ -396,6 +409,28 @@ def _expression(text: str | None) -> Expression | None:
     return None if text is None else Expression(text, expr.parse(text))
 
 
+def _observation(name: str, spec: dict[str, Any]) -> Observation:
+    """An observation; one with neither ``command`` nor ``text`` runs its parser's own
+    command (validation made sure it has one), described as the parser describes it."""
+    own = None if "command" in spec or "text" in spec else OWN_COMMANDS[spec["parser"]]
+    if "command" in spec:
+        command: Template | None = Template.of(spec["command"])
+    else:
+        command = Template(own.text) if own else None
+    return Observation(
+        name=name,
+        command=command,
+        text=Template(spec["text"]) if "text" in spec else None,
+        parser=spec["parser"],
+        description=spec.get("description", own.description if own else ""),
+        timeout=spec.get("timeout", 30.0),
+        root=spec.get("root", False),
+        alone=spec.get("alone", False),
+        ok_exit=tuple(spec.get("ok_exit", (0,))),
+        own_command=own is not None,
+    )
+
+
 def _build(data: dict[str, Any]) -> Runbook:
     """Dataclasses from a document that already passed validation."""
     goal = tuple(data["goal"])
@@ -418,20 +453,7 @@ def _build(data: dict[str, Any]) -> Runbook:
         )
         for name, spec in (data.get("parameters") or {}).items()
     }
-    observations = {
-        name: Observation(
-            name=name,
-            command=Template.of(spec["command"]) if "command" in spec else None,
-            text=Template(spec["text"]) if "text" in spec else None,
-            parser=spec["parser"],
-            description=spec.get("description", ""),
-            timeout=spec.get("timeout", 30.0),
-            root=spec.get("root", False),
-            alone=spec.get("alone", False),
-            ok_exit=tuple(spec.get("ok_exit", (0,))),
-        )
-        for name, spec in data["observations"].items()
-    }
+    observations = {name: _observation(name, spec) for name, spec in data["observations"].items()}
     checks = {
         name: Check(
             name=name,

@@ -276,3 +276,93 @@ def test_the_recovery_runbook_reads_as_its_ladders():
     assert groups[-1][1] == ["reboot"]
     reboots = [s for s in runbook.steps if s.reboots]
     assert all(s.on_failure == "stop" for s in reboots)  # a reboot that failed ends the run
+
+
+OWN = """\
+name: x
+title: t
+summary: s
+observations:
+  gpus: {parser: gpus-detail}
+  holders: {parser: device-holders}
+checks:
+  held: {description: d, every: gpus, expect: memory_used_mib <= 10}
+goal: [held]
+steps: []
+"""
+
+
+def test_an_observation_without_a_command_runs_its_parsers_own():
+    from runbook_runner.observe.commands import OWN_COMMANDS
+    from runbook_runner.runbook import loads
+
+    text = OWN.replace("  holders: {parser: device-holders}\n", "")
+    gpus = loads(text.encode(), "x.yaml", stem="x").observations["gpus"]
+    assert gpus.command is not None
+    assert gpus.own_command
+    assert gpus.command.source == OWN_COMMANDS["gpus-detail"].text
+    assert gpus.description == OWN_COMMANDS["gpus-detail"].description
+    given = text.replace("{parser: gpus-detail}", "{parser: gpus-detail, command: nvidia-smi -q}")
+    mine = loads(given.encode(), "x.yaml", stem="x").observations["gpus"]
+    assert (mine.command.source if mine.command else None, mine.own_command) == (
+        "nvidia-smi -q",
+        False,
+    )
+
+
+def test_an_observation_without_a_command_whose_parser_has_none_is_refused_at_its_line():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(OWN.encode(), "x.yaml", stem="x")
+    [line] = raised.value.lines
+    assert line.startswith("x.yaml:6:12: observations.holders: expected either 'command'")
+    assert "a parser that has a command of its own (process-owners, gpus-detail" in line
+
+
+def test_the_recovery_runbooks_own_commands_are_the_ones_it_wrote_out_before():
+    """holders, gpus, shm and gpu_fabric gave these commands in full until the parsers owned
+    them: the line sent is the same, so no matrix row moves (runbook compare says so too)."""
+    runbook = load(REPO / "runbooks" / "gpu-oom-recovery.yaml")
+    own = {n: o.parser for n, o in runbook.observations.items() if o.own_command}
+    assert own == {
+        "holders": "process-owners",
+        "gpus": "gpus-detail",
+        "shm": "shm-segments",
+        "gpu_fabric": "gpu-fabric",
+    }
+    holders = runbook.observations["holders"].command
+    assert holders is not None
+    assert holders.source.startswith("ps -ww -N --ppid 2 -o pid,")
+    assert "echo '@@ fuser'; fuser -v /dev/nvidia* 2>&1; echo '@@ proc';" in holders.source
+    assert holders.source.endswith("done; fi; echo '@@ end'")
+
+
+@pytest.mark.parametrize("parser", ["process-owners", "gpus-detail", "gpu-fabric", "shm-segments"])
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_each_parsers_own_command_is_one_line_a_real_shell_reads(parser, shell):
+    import subprocess
+
+    from runbook_runner.observe.commands import OWN_COMMANDS
+
+    text = OWN_COMMANDS[parser].text
+    assert "\n" not in text
+    done = subprocess.run([shell, "-n", "-c", text], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_digest_covers_the_parsers_own_commands_a_runbook_runs():
+    import hashlib
+
+    from runbook_runner.runbook import runbook_digest
+
+    health = REPO / "runbooks" / "gpu-node-health.yaml"
+    assert _health().sha256 == hashlib.sha256(health.read_bytes()).hexdigest()
+    recovery = REPO / "runbooks" / "gpu-oom-recovery.yaml"
+    raw = recovery.read_bytes()
+    runbook = load(recovery)
+    own = tuple(o.source for o in runbook.observations.values() if o.own_command)
+    assert runbook.sha256 == runbook_digest(raw, own)
+    assert runbook.sha256 != hashlib.sha256(raw).hexdigest()
+    changed = (own[0] + " ", *own[1:])  # the tool's own command changed, the file did not
+    assert runbook_digest(raw, changed) != runbook.sha256

@@ -166,7 +166,8 @@ def runbook_details(runbook: Runbook) -> str:
             out.append(_wrap(p.description, "      "))
     out += ["", "Observations:"]
     for o in runbook.observations.values():
-        where = "" if o.command else " (parsed here, not run)"
+        where = " (its parser's own command)" if o.own_command else ""
+        where = where if o.command else " (parsed here, not run)"
         out.append(f"  {o.name} [{o.parser}]{where}: {o.source}")
     out += ["", "Checks (goal marked *):"]
     for c in runbook.checks.values():

@@ -323,7 +323,8 @@ def render_page(
     out += ["", "## What it observes", ""]
     for o in runbook.observations.values():
         if o.command:
-            out += [f"- `{o.name}`, read by the parser `{o.parser}` from:", ""]
+            own = " its own command" if o.own_command else ""
+            out += [f"- `{o.name}`, read by the parser `{o.parser}` from{own}:", ""]
             out += ["    " + line if line else "" for line in _fence(o.source).splitlines()]
             out.append("")
         else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runbook_runner.observe import PARSERS
+from runbook_runner.observe.commands import OWN_COMMANDS
 from runbook_runner.observe.state import open_type
 
 
@@ -80,6 +81,10 @@ def text() -> str:
     for doc in parsers():
         shape = "a list: use every/none/count()" if doc.is_list else "one record: NAME.FIELD"
         out += [f"{doc.name}: {doc.description}", f"  {shape}"]
+        if doc.name in OWN_COMMANDS:
+            out.append(
+                f"  its own command (run when an observation gives none): {OWN_COMMANDS[doc.name].text}"
+            )
         out += [f"  {_field_text(f)}" for f in doc.fields]
         if doc.open_fields:
             out.append(f"  + {_open_text(doc)}")
@@ -99,6 +104,8 @@ def markdown() -> str:
             fields.append(_open_text(doc).replace("|", "&#124;"))
         shape = "list" if doc.is_list else "record"
         reads = doc.description.replace("|", "&#124;")  # a '|' would end the cell
+        if doc.name in OWN_COMMANDS:
+            reads += " (has its own command)"
         lines.append(f"| `{doc.name}` | {reads} | {shape} | {', '.join(fields)} |")
     return "\n".join(lines) + "\n"
 
@@ -134,6 +141,22 @@ def schema_with_parsers(schema: dict[str, object]) -> dict[str, object]:
         "enum": list(PARSERS),
         "description": schema_description(),
     }
+    own = list(OWN_COMMANDS)
+    observation["properties"]["command"]["description"] = (
+        "Run on the host; its stdout goes to the parser. A string, or a list of words with "
+        f"{{{{ parameter }}}} values. Left out: the parser's own command ({', '.join(own)} "
+        "have one)."
+    )
+    neither = {"not": {"anyOf": [{"required": ["command"]}, {"required": ["text"]}]}}
+    observation["oneOf"] = [
+        {"required": ["command"]},
+        {"required": ["text"]},
+        {**neither, "properties": {"parser": {"enum": own}}},
+    ]
+    observation["x-message"] = (
+        "either 'command' (run on the host) or 'text' (parsed here), or neither with a parser "
+        f"that has a command of its own ({', '.join(own)})"
+    )
     return schema
 
 
