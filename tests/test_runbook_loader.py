@@ -318,6 +318,18 @@ def test_an_observation_without_a_command_whose_parser_has_none_is_refused_at_it
     [line] = raised.value.lines
     assert line.startswith("x.yaml:6:12: observations.holders: expected either 'command'")
     assert "a parser that has a command of its own (process-owners, gpus-detail" in line
+    assert line.endswith("got parser: 'device-holders'")  # what it holds, not "a mapping"
+
+
+def test_an_observation_with_both_command_and_text_is_told_what_it_holds():
+    from runbook_runner.runbook import RunbookInvalid, loads
+
+    both = OWN.replace("{parser: device-holders}", "{parser: free, command: free -b, text: x}")
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(both.encode(), "x.yaml", stem="x")
+    [line] = raised.value.lines
+    assert line.startswith("x.yaml:6:12: observations.holders: expected either 'command'")
+    assert line.endswith("got parser: 'free', command: 'free -b', text: 'x'")
 
 
 def test_the_recovery_runbooks_own_commands_are_the_ones_it_wrote_out_before():

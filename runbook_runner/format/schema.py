@@ -91,6 +91,28 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+def _alternatives_seen(error: Any) -> str:
+    """What a value that fits none of the alternatives holds: for a mapping, the keys the
+    alternatives tell apart (``command: 'free -b', text: 'abc'``), not just "a mapping"."""
+    value = error.instance
+    alternatives = error.validator_value if isinstance(error.validator_value, list) else []
+    telling: set[str] = set()
+    for alternative in alternatives:
+        if isinstance(alternative, dict):
+            telling.update(alternative.get("required", ()))
+            telling.update(alternative.get("properties", {}))
+    if not isinstance(value, dict) or not telling & set(value):
+        return _describe(value)
+    return ", ".join(f"{key}: {_short(value[key])}" for key in value if key in telling)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return _describe(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _expected_types(types: str | list[str]) -> str:
     names = [_TYPE_NAMES.get(t, t) for t in ([types] if isinstance(types, str) else types)]
     return " or ".join(names)
@@ -153,7 +175,7 @@ def _problems_for(error: Any, source: Source) -> list[Problem]:
         message = f"must be one of: {choices}; got {_describe(value)}"
         return [Problem(source.mark_of(path), path, message)]
     if kind in {"anyOf", "oneOf"}:
-        message = f"expected {hint or 'another form'}, got {_describe(value)}"
+        message = f"expected {hint or 'another form'}, got {_alternatives_seen(error)}"
         return [Problem(source.mark_of(path), path, message)]
     if kind == "pattern":
         message = f"{value!r} is not valid: expected {hint or 'to match ' + error.validator_value}"
