@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner.expect import CheckResult, State, all_ok
 from runbook_runner.runbook import Runbook, Step
-from runbook_runner.status import SENT, StepStatus
+from runbook_runner.status import RUNNER_CONDITIONS, SENT, Condition, StepStatus
 
 if TYPE_CHECKING:  # the transport module imports paramiko, which is slow to load
     from runbook_runner.transport import CommandResult
@@ -215,6 +216,33 @@ def held_back(state: State | None, said: Sequence[str] = ()) -> tuple[str, ...]:
     )
 
 
+def unobservable(
+    runbook: Runbook, check: str, state: State | None, judged: AbstractSet[str] = frozenset()
+) -> list[str]:
+    """What a person does about a check that cannot be told: make what it reads observable
+    (its hint is about fixing the state it checks, which nobody saw)."""
+    from runbook_runner.observe.state import Unavailable
+
+    if check not in runbook.checks:
+        return []
+    said = []
+    for name in runbook.observations_of([check]):
+        value = (state or {}).get(name)
+        if not isinstance(value, Unavailable) or name in judged:
+            continue
+        if value.condition == Condition.NOT_FOUND:
+            fix = "install the command it runs, or put it on the login's PATH"
+        elif value.condition in RUNNER_CONDITIONS:
+            fix = "make its command work on the host"
+        else:
+            fix = f"the host reports {value.condition!r}: fix that"
+        said.append(
+            f"make {name!r} observable: {fix} ({value.reason}); then look again "
+            f"(runbook check {runbook.name} --host HOST) and run this runbook again"
+        )
+    return said
+
+
 def verdict_of(report: RunReport) -> Verdict:
     """The run's verdict from its report (pure)."""
     runbook = report.runbook
@@ -237,7 +265,14 @@ def verdict_of(report: RunReport) -> Verdict:
         still.append(f"stopped before {report.blocked.id}: {report.blocked.message}")
     held = subject_held(report.after.state if report.after is not None else None)
     following: list[str] = []
+    state = report.after.state if report.after is not None else None
+    # An observation whose condition a failing check already judges (nvidia-smi's
+    # driver/library mismatch) is that check's finding, with its own hint.
+    judged = set(runbook.observations_of([r.name for r in results if r.is_failing]))
     for result in results:
+        if result.cannot_tell:
+            following += unobservable(runbook, result.name, state, judged)
+            continue
         hint = runbook.checks[result.name].hint if result.name in runbook.checks else ""
         if not result.ok and hint:
             following.append(" ".join(hint.split()))

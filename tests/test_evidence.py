@@ -410,3 +410,14 @@ def test_the_recovery_runbook_starts_again_only_the_services_and_units_it_stoppe
     assert [item.unit for item in server.failing] == ["sglang.service"]
     # Before anything was stopped (or in `runbook check`): nothing to start.
     assert evaluate_check(runbook.checks["gpu-services-running"], runbook, state, params).ok
+
+
+def test_a_failed_observation_names_a_long_command_by_its_observation():
+    """A parser's own command is a script of hundreds of characters: the reason a check
+    cannot tell names the observation instead, so what went wrong stays readable."""
+    from runbook_runner.engine.observing import OBSERVE_IN_C_LOCALE, _said
+    from runbook_runner.observe.commands import OWN_COMMANDS
+
+    assert _said("memory", "free -b") == "'free -b'"
+    assert _said("memory", OBSERVE_IN_C_LOCALE + "free -b") == "'free -b'"
+    assert _said("gpus", OWN_COMMANDS["gpus-detail"].text) == "the command of 'gpus'"

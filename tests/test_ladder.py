@@ -218,6 +218,49 @@ def test_reached_by_is_the_rung_before_the_one_skipped_because_the_goal_held():
     assert ladder.reached_by(book, nothing, goal_holds=True) is None
 
 
+def test_a_look_reaches_nothing_when_the_goal_held_from_the_start():
+    """A healthy server: only the read-only looks ran; the goal was not 'reached by' one."""
+    book = runbook()
+    history = ladder.History.start(book)
+    for step in [s for s in book.steps if not s.destructive and s.run is not None]:
+        history = history.then(ladder.Rung(step.id, StepStatus.OK))
+    assert ladder.reached_by(book, history, goal_holds=True) is None
+
+
+def test_an_unreadable_gpu_holds_back_the_gpu_rungs_only_not_rungs_with_nothing_to_act_on():
+    """nvidia-smi cannot say (the driver was upgraded under its module): what each GPU holds
+    is unknown, so a reset stops the run; a rung told it has nothing to act on (no MPS
+    client, no unit, no live server process) is skipped as not needed, never 'blocked'."""
+    scenario = SCENARIOS["driver-upgraded-under-module"]
+    state = first_state(scenario.name)
+    params = params_of(scenario)
+    book = runbook()
+    history = ladder.History.start(book, from_step="end-mps-clients")
+    moves = walk(state, params, history=history)
+    said = {m.step.id: m for m in moves if isinstance(m, ladder.Skip)}
+    for step in ("end-mps-clients", "stop-server-unit", "stop-server", "kill-server"):
+        assert said[step].status == StepStatus.SKIPPED, (step, said[step].reason)
+        assert "nothing to act on" in said[step].reason
+    stop = moves[-1]
+    assert isinstance(stop, ladder.Stop)
+    assert stop.step is not None
+    assert stop.step.id == "reset-gpus"
+    assert "cannot tell" in stop.reason
+    assert "driver/library" in stop.reason.lower()
+
+
+def test_a_healthy_server_holds_back_the_reboot_and_is_named_once_for_all_its_workers():
+    scenario = SCENARIOS["driver-upgraded-healthy-server"]
+    moves = walk(first_state(scenario.name), params_of(scenario), ladder.Gates(allow_reboot=True))
+    stop = moves[-1]
+    assert isinstance(stop, ladder.Stop)
+    assert stop.step is not None
+    assert stop.step.id == "reboot-for-driver-mismatch"
+    pids = ", ".join(str(4120 + rank) for rank in range(8))
+    assert f"PIDs {pids} (sglang::scheduler_TP0 and 7 more): the server is healthy" in stop.reason
+    assert stop.reason.count("the server is healthy") == 1
+
+
 def test_a_reboot_carries_its_gate_unless_it_is_allowed():
     state = first_state("xid-79")
     move = acting(walk(state, params_of()))

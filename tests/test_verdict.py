@@ -110,3 +110,41 @@ def test_what_no_step_may_touch_is_left_alone_with_the_command_to_look_at_it():
         "GPU /dev/nvidia5: held by PID 7001 (...): not reset"
     ]
     assert any("PID 7100" in said for said in again)
+
+
+def _looked(state: dict[str, object], checks: list[str]) -> RunReport:
+    from runbook_runner.events import Observed
+    from runbook_runner.expect import evaluate_checks
+
+    params = {n: p.default for n, p in RUNBOOK.parameters.items()}
+    results = tuple(evaluate_checks(checks, RUNBOOK, state, params, {}))
+    report = RunReport(RUNBOOK)
+    report.after = Observed("after", state, results)
+    return report
+
+
+def test_a_check_nobody_could_tell_says_make_what_it_reads_observable_not_its_hint():
+    """nvidia-smi missing: the memory check's hint (reset that GPU...) is about a state
+    nobody saw; what a person does next is make the observation work, then look again."""
+    from runbook_runner.observe.state import Unavailable
+
+    missing = Unavailable("'nvidia-smi -q' exited 127 (command not found)", "not-found")
+    report = _looked({"gpus": missing, "holders": ()}, ["gpu-memory-released", "gpus-answer"])
+    [said] = report.verdict.next
+    assert said.startswith("make 'gpus' observable: install the command it runs")
+    assert "runbook check gpu-oom-recovery --host HOST" in said
+    assert "nvidia-smi --gpu-reset" not in said
+
+
+def test_a_condition_a_failing_check_judges_is_that_checks_finding_and_hint():
+    """The driver/library mismatch: nvidia-smi cannot say, and that is the finding; the
+    next step is the mismatch check's own hint, once, not 'make gpus observable'."""
+    from runbook_runner.observe.state import Unavailable
+
+    mismatch = Unavailable("nvidia-smi failed: mismatch", "driver-library-mismatch")
+    report = _looked(
+        {"gpus": mismatch, "holders": ()},
+        ["gpu-memory-released", "gpus-answer", "driver-matches-library"],
+    )
+    [said] = report.verdict.next
+    assert said == " ".join(RUNBOOK.checks["driver-matches-library"].hint.split())

@@ -179,17 +179,20 @@ class Observing:
         parser = PARSERS[observation.parser]
         if result.timed_out:
             return Unavailable(
-                f"{command!r} timed out after {observation.timeout:g}s", Condition.TIMED_OUT
+                f"{_said(name, command)} timed out after {observation.timeout:g}s",
+                Condition.TIMED_OUT,
             )
         status = result.exit_status if result.exit_status is not None else -1
         detail = (result.stderr or result.stdout).strip().splitlines()
         if status == 127:
-            reason = f"{command!r} exited 127 (command not found)" + (
+            reason = f"{_said(name, command)} exited 127 (command not found)" + (
                 f": {detail[-1]}" if detail else ""
             )
             return Unavailable(reason, Condition.NOT_FOUND)
         if status not in observation.ok_exit and parser.tool != "nvidia-smi":
-            reason = f"{command!r} exited {status}" + (f": {detail[-1]}" if detail else "")
+            reason = f"{_said(name, command)} exited {status}" + (
+                f": {detail[-1]}" if detail else ""
+            )
             return Unavailable(reason)
         try:
             value = parser.parse(result.stdout, status, command)
@@ -266,3 +269,10 @@ class Observing:
                     raise lost from None
                 self.sleep(delay)
                 delay = min(delay * 2, 15.0)
+
+
+def _said(name: str, command: str) -> str:
+    """A command as a reason names it: whole when short, else by its observation's name
+    (a script of several hundred characters would bury what went wrong)."""
+    shown = command.removeprefix(OBSERVE_IN_C_LOCALE)
+    return repr(shown) if len(shown) <= 60 else f"the command of {name!r}"

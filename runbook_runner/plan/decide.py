@@ -120,7 +120,9 @@ def decide(
         verdict = outcome(fixing)
         if verdict == CheckStatus.OK:
             return Decision(Verdict.SKIP, "nothing to fix: " + ", ".join(step.fixes) + " hold")
-        if verdict == CheckStatus.CANNOT_TELL:
+        if verdict == CheckStatus.CANNOT_TELL and not _nothing_to_act_on(
+            runbook, state, params, changed, step
+        ):
             return blocked(fixing)
     items: tuple[Any, ...] = ()
     if step.for_each_failing:
@@ -137,6 +139,21 @@ def decide(
     if not step.destructive or subject is None:
         return Decision(Verdict.RUN, items=items)
     return _owned(runbook, state, step, items, subject, allow_node_wide)
+
+
+def _nothing_to_act_on(
+    runbook: Runbook,
+    state: Mapping[str, Any],
+    params: Mapping[str, Any],
+    changed: Changed,
+    step: Step,
+) -> bool:
+    """Whether a rung that acts on the failing items of a check is told it has none: it
+    can touch nothing, so what it fixes being unknown holds nothing back here."""
+    if not step.for_each_failing:
+        return False
+    check = runbook.checks[step.for_each_failing]
+    return evaluate_check(check, runbook, state, params, changed).ok
 
 
 def _owned(

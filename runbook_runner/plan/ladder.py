@@ -366,7 +366,8 @@ def wait_verdict(ended: str, reason: str) -> tuple[StepStatus, str]:
 def reached_by(runbook: Runbook, history: History, goal_holds: bool) -> str | None:
     """The rung after which the goal held: one whose wait for the goal was reached; else
     the last rung that executed before one skipped because the goal held; else, when the
-    goal holds at the end, the last rung that executed (None: nothing needed doing)."""
+    goal holds at the end, the last rung that executed (None: nothing needed doing). A
+    read-only rung (a look) changes nothing, so it reaches nothing."""
     goal = set(runbook.goal)
     last: str | None = None
     for rung in history.rungs:
@@ -380,7 +381,7 @@ def reached_by(runbook: Runbook, history: History, goal_holds: bool) -> str | No
             return rung.step
         if rung.holds and goal <= set(step.skip_if) and last is not None:
             return last
-        if rung.status not in NOT_EXECUTED:
+        if rung.status not in NOT_EXECUTED and (step.destructive or step.run is None):
             last = rung.step
     return last if goal_holds else None
 

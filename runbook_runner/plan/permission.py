@@ -257,7 +257,10 @@ def _for_unit(
 
 
 def _others_on_node(owners: Sequence[ProcessOwner]) -> list[str]:
-    seen: dict[int, str] = {}
+    """Each holder a node-wide rung would reach but may not; the processes left alone for
+    one same reason (a healthy server's eight workers) in one entry."""
+    seen: set[int] = set()
+    groups: dict[tuple[str, str], list[ProcessOwner]] = {}
     for r in owners:
         holds = r.minor_number is not None or bool(r.node_wide)
         if r.pid is None or not holds or r.pid in seen:
@@ -265,8 +268,15 @@ def _others_on_node(owners: Sequence[ProcessOwner]) -> list[str]:
         if r.owner == Owner.ANOTHER_OWNER or (
             r.owner in OURS and r.disposition == Disposition.LEAVE
         ):
-            seen[r.pid] = f"PID {r.pid} ({(r.command or '?')[:60]}): {r.reason} ({r.evidence})"
-    return list(seen.values())
+            seen.add(r.pid)
+            groups.setdefault((r.reason or "", r.evidence or ""), []).append(r)
+    said = []
+    for (reason, evidence), rows in groups.items():
+        first = (rows[0].command or "?")[:60]
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        pids = ", ".join(str(r.pid) for r in rows)
+        said.append(f"PID{'s' if more else ''} {pids} ({first}{more}): {reason} ({evidence})")
+    return said
 
 
 def _cannot_tell(owners: Sequence[ProcessOwner]) -> list[str]:

@@ -46,6 +46,9 @@ def nvidia_smi(env: Env, args: list[str]) -> int:
     if not host.driver_loaded:
         env.out(render.DRIVER_NOT_LOADED)
         return 9
+    if host.library_mismatch:
+        env.out(render.library_mismatch(host))
+        return 18
     try:
         ids = _ids(host, option(args, "-i", "--id"))
     except KeyError:
@@ -224,7 +227,7 @@ def modprobe(env: Env, args: list[str]) -> int:
     if "-r" not in args and any(a in MODULES for a in args):
         if not host.driver_loaded:
             host.act("load the driver")
-        host.driver_loaded = True
+        host.load_driver()
     return 0
 
 

@@ -383,6 +383,39 @@ def nvidia_smi_missing() -> SimHost:
     return host
 
 
+LIBRARY_UPGRADE = "595.10.02"  # what unattended-upgrades installed under the loaded 590.48.01
+
+
+def _api_mismatch(client: str, module: str) -> list[str]:
+    """The kernel's lines when a client of the new library opens the old module."""
+    at = "[Mon Nov 30 14:09:03 2026] NVRM:"
+    return [
+        f"{at} API mismatch: the client has the version {client}, but",
+        f"{at} this kernel module has the version {module}.  Please",
+        f"{at} make sure that this kernel module and all NVIDIA driver",
+        f"{at} components have the same version.",
+    ]
+
+
+def driver_upgraded_under_module() -> SimHost:
+    """The incident's crash, a day after unattended-upgrades replaced the driver's libraries
+    under the loaded module: nvidia-smi (and every relaunch) fails to initialize NVML, so no
+    GPU's memory can be read; only loading the installed module (a reboot) ends it."""
+    host = oom_crash()
+    host.library_version = LIBRARY_UPGRADE
+    host.kernel_messages += _api_mismatch(LIBRARY_UPGRADE, host.driver_version)
+    return host
+
+
+def driver_upgraded_under_healthy_server() -> SimHost:
+    """The same upgrade under a server that still serves: it runs on the module it loaded,
+    so a reboot would end a healthy server; nothing is touched."""
+    host = healthy_server()
+    host.library_version = LIBRARY_UPGRADE
+    host.kernel_messages = _api_mismatch(LIBRARY_UPGRADE, host.driver_version)
+    return host
+
+
 def driver_not_loaded() -> SimHost:
     host = eight_gpu_server()
     host.driver_loaded = False

@@ -210,7 +210,10 @@ class SimHost:
     driver_loaded: bool = True
     module_held_by: str = ""  # e.g. "Xorg": nvidia_drm stays in use, so the driver cannot unload
     boots: int = 1  # how many times the host has booted (a reboot adds one)
-    driver_version: str = "590.48.01"
+    driver_version: str = "590.48.01"  # the loaded kernel module's
+    # The installed user-space driver (libnvidia-ml.so), when an upgrade replaced it under
+    # the loaded module ("" is the module's own): NVML refuses to start until they match.
+    library_version: str = ""
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
     filesystems: list[SimFilesystem] = field(default_factory=_filesystems)
@@ -373,9 +376,20 @@ class SimHost:
             service.active = service.enabled
             if service.active:
                 self.start_service(service, loading=True)
-        self.driver_loaded = True
+        self.load_driver()
         self.module_held_by = ""
         self.boots += 1
+
+    @property
+    def library_mismatch(self) -> bool:
+        """The loaded module is not the installed library's version (nvidia-smi exits 18)."""
+        return self.driver_loaded and self.library_version not in ("", self.driver_version)
+
+    def load_driver(self) -> None:
+        """modprobe (or a boot) loads the module that is installed: the library's version."""
+        self.driver_loaded = True
+        if self.library_version:
+            self.driver_version = self.library_version
 
     def filesystem_of(self, path: str) -> SimFilesystem | None:
         """The filesystem a path is on: the longest mount point that contains it."""

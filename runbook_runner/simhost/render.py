@@ -17,6 +17,14 @@ DRIVER_NOT_LOADED = (
     "Make sure that the latest NVIDIA driver is installed and running.\n\n"
 )
 
+
+def library_mismatch(host: SimHost) -> str:
+    """What nvidia-smi prints (exit 18) when the library is not the loaded module's
+    version: the second line, on newer drivers, names the library's major.minor."""
+    short = ".".join(host.library_version.split(".")[:2])
+    return f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {short}\n"
+
+
 # query field -> (unit, value)
 _GPU_FIELDS: dict[str, tuple[str, Callable[[SimHost, SimGpu], str]]] = {
     "index": ("", lambda h, g: str(g.index)),

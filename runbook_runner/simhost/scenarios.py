@@ -29,6 +29,8 @@ from runbook_runner.simhost.hosts import (
     daemon_holds_gpu,
     daemons_hold_every_gpu,
     driver_not_loaded,
+    driver_upgraded_under_healthy_server,
+    driver_upgraded_under_module,
     ecc_recurring,
     flat_cgroups_other_team,
     flat_cgroups_reset_refused,
@@ -739,6 +741,42 @@ MATRIX += (
         page="pitfalls/ours-and-broken.md#broken-before-destructive",
         left_alone=(5201, 5220, 5221, 5222, 5223),
         thread="https://github.com/mostlygeek/llama-swap/issues/279",
+    ),
+    Scenario(
+        "driver-upgraded-under-module",
+        "an upgrade replaced the driver's libraries under the loaded module: nvidia-smi fails "
+        "(driver/library version mismatch), no GPU rung can be told; straight to the reboot",
+        driver_upgraded_under_module,
+        wrong="nvidia-smi: Failed to initialize NVML: Driver/library version mismatch (library "
+        "595.10, module 590.48.01); the crashed server left memory on GPUs 0 and 2",
+        expert="no GPU can be read, so no reset or kill can be aimed: reboot (with "
+        "--allow-reboot) so the installed module loads, which also frees the memory",
+        actions=("reboot",),
+        ideal_s=110,
+        lesson="a driver/library mismatch is the finding: every CUDA start fails until the "
+        "installed module is loaded",
+        page="pitfalls/orphaned-gpu-memory.md#the-driver-upgraded-under-a-loaded-module",
+        allow_reboot=True,
+        thread="https://github.com/lyulyul/shine-cluster/issues/30",
+    ),
+    Scenario(
+        "driver-upgraded-healthy-server",
+        "the same upgrade under a server that still serves: it runs on the module it loaded, "
+        "so the reboot would end a healthy server; left alone, and said so",
+        driver_upgraded_under_healthy_server,
+        wrong="nvidia-smi: Failed to initialize NVML: Driver/library version mismatch; the "
+        "SGLang server on all eight GPUs answers /health",
+        expert="leave the serving server alone; reboot in a maintenance window, once it is drained",
+        actions=(),
+        ideal_s=5,
+        lesson="a node-wide cure waits while a healthy server of ours uses the node",
+        page="pitfalls/orphaned-gpu-memory.md#the-driver-upgraded-under-a-loaded-module",
+        ends="stopped",
+        exit_code=6,
+        message="healthy",
+        allow_reboot=True,
+        left_alone=(4101, *RANKS),
+        thread="https://github.com/lyulyul/shine-cluster/issues/30",
     ),
 )
 

@@ -24,6 +24,7 @@ filesystem and /dev/shm)::
     files: {/proc/sys/kernel/pid_max: "4194304\\n"}   # what cat prints
     kernel_messages: ["NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus."]
     driver_loaded: true
+    library_version: "595.10.02"     # the installed library, when not the loaded module's
 
 A process's ``state`` is S (the default: running or sleeping) or D (uninterruptible: no
 signal ends it); its ``pgid`` and ``sid`` default to its own PID.
@@ -75,6 +76,7 @@ _TOP = (
     "files",
     "kernel_messages",
     "driver_loaded",
+    "library_version",
     "shm",
 )
 _MEMORY = {
@@ -232,6 +234,7 @@ def host_from_state(data: Any) -> SimHost:
     host.files = {str(k): v for k, v in files.items()}
     host.kernel_messages = [str(m) for m in _list(data, "kernel_messages")]
     host.driver_loaded = bool(data.get("driver_loaded", True))
+    host.library_version = str(data.get("library_version") or "")
     return host
 
 
