@@ -244,6 +244,13 @@ def test_connecting_gives_the_switch_interval_back(gpu_host):
     abandoned = Connecting(Destination.from_args(args))
     abandoned.abandon()
     assert sys.getswitchinterval() == before
+    # Handshakes at once (runbook compare's drills, a fleet): the one setting is shared,
+    # and it is given back when the last ends, whatever order they end in.
+    first, second = Connecting(Destination.from_args(args)), Connecting(Destination.from_args(args))
+    with first.result(said.append):
+        assert sys.getswitchinterval() < before  # the second has not ended
+    second.abandon()
+    assert sys.getswitchinterval() == before
 
 
 def test_jsonl_with_one_host_is_refused_before_any_connection(capsys, monkeypatch):

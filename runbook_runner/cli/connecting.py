@@ -149,6 +149,33 @@ def key_recorded(host: str, key: Any, known_hosts: Path) -> str:
     return f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {known_hosts}"
 
 
+class _QuickSwitch:
+    """The interpreter's switch interval, lowered while any handshake runs. It is one
+    setting for the whole process, so handshakes running at once (a fleet, ``runbook
+    compare``) share it: the first one in lowers it, the last one out puts it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._saved = 0.0
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._saved, 0.0005))
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_QUICK_SWITCH = _QuickSwitch()
+
+
 class Connecting:
     """The SSH connection, opened in a thread. :meth:`result` hands it over (and prints
     what connecting had to say, on the caller's thread), or raises what connecting raised;
@@ -157,8 +184,8 @@ class Connecting:
     def __init__(self, to: Destination) -> None:
         # While this thread imports and loads, paramiko's threads need the GIL for every
         # handshake message; by default they wait up to 5 ms for it each time.
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_interval, 0.0005))
+        _QUICK_SWITCH.enter()
+        self._quick = True
         self._transport: SshTransport | None = None
         self._error: BaseException | None = None
         self._abandoned = False
@@ -182,7 +209,7 @@ class Connecting:
 
     def result(self, say: Callable[[str], None]) -> SshTransport:
         self._thread.join()
-        sys.setswitchinterval(self._switch_interval)
+        self._switch_back()
         for line in self._said:
             say(line)
         self._said.clear()
@@ -192,12 +219,17 @@ class Connecting:
         return self._transport
 
     def abandon(self) -> None:
-        sys.setswitchinterval(self._switch_interval)
+        self._switch_back()
         with self._lock:
             self._abandoned = True
             if self._transport is not None:
                 self._transport.close()
                 self._transport = None
+
+    def _switch_back(self) -> None:
+        if self._quick:
+            self._quick = False
+            _QUICK_SWITCH.leave()
 
 
 def started(args: argparse.Namespace) -> Connecting:
