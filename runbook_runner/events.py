@@ -253,6 +253,8 @@ def verdict_of(report: RunReport) -> Verdict:
         if record.sent and record.id in destructive and (record.targets or record.commands):
             what = ", ".join(record.targets) if record.targets else "; ".join(record.commands)
             tail = "" if record.status == StepStatus.OK else f" ({record.status})"
+            if record.status != StepStatus.OK and record.message:
+                tail = f" ({record.status}: {record.message})"  # why: what a person reads
             done.append(f"{record.id}: {what}{tail}")
         for said in record.left_alone:
             if said not in left:

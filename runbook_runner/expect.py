@@ -303,10 +303,12 @@ def _within(
 
 
 def _subject_of(check: Check, runbook: Runbook) -> str:
-    """What a scalar check talks about: 'host memory' for memory.*, else its description."""
+    """What a scalar check talks about: 'host memory' for memory.*, else its description
+    (also for NAME.condition: that is about the observation, not one of its records)."""
     assert check.expect is not None
-    heads = {n.path.split(".")[0] for n in expr.names(check.expect.tree) if "." in n.path}
-    if len(heads) == 1:
+    names = [n.path for n in expr.names(check.expect.tree) if "." in n.path]
+    heads = {path.split(".")[0] for path in names}
+    if len(heads) == 1 and not all(path.endswith(".condition") for path in names):
         observation = runbook.observations[heads.pop()]
         return str(observation.record_type().describe())
     return check.description

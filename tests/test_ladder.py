@@ -227,6 +227,22 @@ def test_a_look_reaches_nothing_when_the_goal_held_from_the_start():
     assert ladder.reached_by(book, history, goal_holds=True) is None
 
 
+def test_a_rung_that_puts_back_what_another_changed_reaches_nothing():
+    """persistence-blocks-reset: the reset out of persistence mode freed the GPU;
+    restore-persistence only put the mode back, and the goal held before it."""
+    book = runbook()
+    history = ladder.History.start(book, from_step="reset-gpus")
+    for rung in (
+        ladder.Rung("reset-gpus", StepStatus.FAILED, wait="deadline"),
+        ladder.Rung("reset-sick-gpus", StepStatus.SKIPPED),
+        ladder.Rung("persistence-off", StepStatus.OK),
+        ladder.Rung("reset-gpus-again", StepStatus.OK, wait="reached"),
+        ladder.Rung("restore-persistence", StepStatus.OK),
+    ):
+        history = history.then(rung)
+    assert ladder.reached_by(book, history, goal_holds=True) == "reset-gpus-again"
+
+
 def test_an_unreadable_gpu_holds_back_the_gpu_rungs_only_not_rungs_with_nothing_to_act_on():
     """nvidia-smi cannot say (the driver was upgraded under its module): what each GPU holds
     is unknown, so a reset stops the run; a rung told it has nothing to act on (no MPS

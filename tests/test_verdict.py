@@ -148,3 +148,38 @@ def test_a_condition_a_failing_check_judges_is_that_checks_finding_and_hint():
     )
     [said] = report.verdict.next
     assert said == " ".join(RUNBOOK.checks["driver-matches-library"].hint.split())
+
+
+def test_a_rung_that_failed_is_done_with_why_it_failed():
+    """The driver will not load: 'done' says the attempt failed, and the host's words."""
+    from runbook_runner.events import StepRecord
+
+    report = ended_with()
+    report.steps.append(
+        StepRecord(
+            "load-driver",
+            StepStatus.FAILED,
+            0.0,
+            0.1,
+            exit_status=1,
+            message="exit status 1: modprobe: FATAL: Module nvidia not found",
+            commands=("modprobe nvidia && modprobe nvidia_uvm",),
+        )
+    )
+    assert report.verdict.done == (
+        "load-driver: modprobe nvidia && modprobe nvidia_uvm (failed: exit status 1: modprobe: "
+        "FATAL: Module nvidia not found)",
+    )
+
+
+def test_a_check_on_an_observations_condition_speaks_of_the_check_not_a_gpu():
+    from runbook_runner.expect import evaluate_checks
+    from runbook_runner.observe.state import Unavailable
+
+    state = {"gpus": Unavailable("nvidia-smi failed", "driver-not-loaded")}
+    params = {n: p.default for n, p in RUNBOOK.parameters.items()}
+    [result] = evaluate_checks(["driver-loaded"], RUNBOOK, state, params, {})
+    assert result.message == (
+        "The NVIDIA driver is loaded: condition 'driver-not-loaded', expected != "
+        "'driver-not-loaded'"
+    )

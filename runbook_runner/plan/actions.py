@@ -108,3 +108,19 @@ def step_of(runbook: Runbook, step_id: str) -> Step:
 def changes_host(step: Step) -> bool:
     """After this step the host may look different: later decisions depend on it."""
     return step.destructive or step.wait is not None or step.reboots
+
+
+def restored_steps(runbook: Runbook, step: Step) -> tuple[str, ...]:
+    """The steps whose change ``step`` puts back: its checks are scoped to the items those
+    steps acted on (``within: {changed_by: STEP}``)."""
+    if step.for_each_failing:
+        names = [step.for_each_failing]
+    else:
+        names = [] if set(step.fixes) <= set(runbook.goal) else list(step.fixes)
+    found: list[str] = []
+    for name in names:
+        check = runbook.checks.get(name)
+        within = check.within if check is not None else None
+        if within is not None and within.changed_by and within.changed_by not in found:
+            found.append(within.changed_by)
+    return tuple(found)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from runbook_runner.expect import all_ok, evaluate_checks
 from runbook_runner.plan import decide, identity
-from runbook_runner.plan.actions import NODE_GATE, REBOOT_GATE, changes_host
+from runbook_runner.plan.actions import NODE_GATE, REBOOT_GATE, changes_host, restored_steps
 from runbook_runner.runbook import Runbook, Step, Subject
 from runbook_runner.status import NOT_EXECUTED, STOPPING, StepStatus, Word
 
@@ -367,7 +367,8 @@ def reached_by(runbook: Runbook, history: History, goal_holds: bool) -> str | No
     """The rung after which the goal held: one whose wait for the goal was reached; else
     the last rung that executed before one skipped because the goal held; else, when the
     goal holds at the end, the last rung that executed (None: nothing needed doing). A
-    rung that cannot change the host (a look: not destructive, no wait) reaches nothing."""
+    rung that cannot change the host (a look: not destructive, no wait) reaches nothing,
+    nor does one that puts back what an earlier rung changed (restore-persistence)."""
     goal = set(runbook.goal)
     last: str | None = None
     for rung in history.rungs:
@@ -381,7 +382,11 @@ def reached_by(runbook: Runbook, history: History, goal_holds: bool) -> str | No
             return rung.step
         if rung.holds and goal <= set(step.skip_if) and last is not None:
             return last
-        if rung.status not in NOT_EXECUTED and changes_host(step):
+        if (
+            rung.status not in NOT_EXECUTED
+            and changes_host(step)
+            and not restored_steps(runbook, step)
+        ):
             last = rung.step
     return last if goal_holds else None
 

@@ -36,6 +36,7 @@ from runbook_runner.plan.actions import (
     Timing,
     addressed,
     changes_host,
+    restored_steps,
 )
 from runbook_runner.plan.ending import ending
 from runbook_runner.plan.identity import Target, named_by, target
@@ -57,22 +58,6 @@ __all__ = [
 ]
 
 Render = Callable[[Template, Any], str]  # a step's command for one item, secrets masked
-
-
-def restored_steps(runbook: Runbook, step: Step) -> tuple[str, ...]:
-    """The steps whose change ``step`` puts back: its checks are scoped to the items those
-    steps acted on (``within: {changed_by: STEP}``)."""
-    if step.for_each_failing:
-        names = [step.for_each_failing]
-    else:
-        names = [] if set(step.fixes) <= set(runbook.goal) else list(step.fixes)
-    found: list[str] = []
-    for name in names:
-        check = runbook.checks.get(name)
-        within = check.within if check is not None else None
-        if within is not None and within.changed_by and within.changed_by not in found:
-            found.append(within.changed_by)
-    return tuple(found)
 
 
 def make_plan(

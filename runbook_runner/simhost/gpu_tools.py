@@ -224,6 +224,13 @@ def rmmod(env: Env, args: list[str]) -> int:
 
 def modprobe(env: Env, args: list[str]) -> int:
     host = env.host
+    if "-r" not in args and host.module_missing:
+        for module in [a for a in args if a in MODULES]:
+            env.err(
+                f"modprobe: FATAL: Module {module} not found in directory "
+                f"/lib/modules/{host.kernel_release}\n"
+            )
+            return 1
     if "-r" not in args and any(a in MODULES for a in args):
         if not host.driver_loaded:
             host.act("load the driver")

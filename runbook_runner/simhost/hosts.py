@@ -423,6 +423,14 @@ def driver_not_loaded() -> SimHost:
     return host
 
 
+def driver_not_built_for_kernel() -> SimHost:
+    """A boot into an upgraded kernel DKMS built no NVIDIA module for: the driver is not
+    loaded, and modprobe cannot load it (there is none for this kernel)."""
+    host = driver_not_loaded()
+    host.module_missing = True
+    return host
+
+
 def container_holds_gpu2() -> SimHost:
     """Our server in a Docker container on GPU 2: nvidia-smi lists no process for it, ps on
     the host does (its cgroup names the container), and its /health hangs."""

@@ -214,6 +214,9 @@ class SimHost:
     # The installed user-space driver (libnvidia-ml.so), when an upgrade replaced it under
     # the loaded module ("" is the module's own): NVML refuses to start until they match.
     library_version: str = ""
+    # The running kernel has no NVIDIA module: a kernel upgrade DKMS did not build it for.
+    module_missing: bool = False
+    kernel_release: str = "6.8.0-49-generic"
     cuda_version: str = "13.1"
     kernel_messages: list[str] = field(default_factory=list)
     filesystems: list[SimFilesystem] = field(default_factory=_filesystems)

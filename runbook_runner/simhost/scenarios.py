@@ -28,6 +28,7 @@ from runbook_runner.simhost.hosts import (
     crash_loop_unknown_cause,
     daemon_holds_gpu,
     daemons_hold_every_gpu,
+    driver_not_built_for_kernel,
     driver_not_loaded,
     driver_upgraded_under_healthy_server,
     driver_upgraded_under_module,
@@ -777,6 +778,26 @@ MATRIX += (
         allow_reboot=True,
         left_alone=(4101, *RANKS),
         thread="https://github.com/lyulyul/shine-cluster/issues/30",
+    ),
+    Scenario(
+        "driver-not-built-for-kernel",
+        "the host booted a kernel with no NVIDIA module (DKMS did not build it): loading the "
+        "driver fails, and nothing else is tried on GPUs nobody can read",
+        driver_not_built_for_kernel,
+        wrong="nvidia-smi: couldn't communicate with the NVIDIA driver; modprobe nvidia: Module "
+        "nvidia not found in directory /lib/modules/6.8.0-49-generic",
+        expert="try to load the driver; there is no module for this kernel: stop, touch no GPU; "
+        "install the driver for the running kernel (dkms status, dkms autoinstall) or boot the "
+        "kernel it was built for",
+        actions=(),
+        ideal_s=10,
+        lesson="a driver that cannot load is a finding for a person: no rung after it can "
+        "read a GPU",
+        page="pitfalls/orphaned-gpu-memory.md#a-kernel-with-no-nvidia-module",
+        ends="stopped",
+        exit_code=6,
+        message="cannot tell",
+        thread="https://github.com/NVIDIA/nvidia-docker/issues/365",
     ),
 )
 

@@ -25,6 +25,7 @@ filesystem and /dev/shm)::
     kernel_messages: ["NVRM: Xid (PCI:0000:48:00): 79, pid=4123, GPU has fallen off the bus."]
     driver_loaded: true
     library_version: "595.10.02"     # the installed library, when not the loaded module's
+    module_missing: false            # true: modprobe finds no NVIDIA module for the kernel
 
 A process's ``state`` is S (the default: running or sleeping) or D (uninterruptible: no
 signal ends it); its ``pgid`` and ``sid`` default to its own PID.
@@ -77,6 +78,7 @@ _TOP = (
     "kernel_messages",
     "driver_loaded",
     "library_version",
+    "module_missing",
     "shm",
 )
 _MEMORY = {
@@ -235,6 +237,7 @@ def host_from_state(data: Any) -> SimHost:
     host.kernel_messages = [str(m) for m in _list(data, "kernel_messages")]
     host.driver_loaded = bool(data.get("driver_loaded", True))
     host.library_version = str(data.get("library_version") or "")
+    host.module_missing = bool(data.get("module_missing", False))
     return host
 
 
