@@ -216,6 +216,27 @@ def held_back(state: State | None, said: Sequence[str] = ()) -> tuple[str, ...]:
     )
 
 
+def held_back_next(runbook: Runbook, blocked: StepRecord | None) -> tuple[str, set[str]]:
+    """What a person does about the rung the run stopped before, when something it would
+    reach held it back; and the checks it was to fix, whose hints say what that rung would
+    have done (a reset a stranger's GPU shares is not advice): they give way to this."""
+    from runbook_runner.plan.actions import NODE_GATE
+
+    if blocked is None:
+        return "", set()
+    reason = blocked.message.removeprefix("blocked: ")
+    step = next((s for s in runbook.steps if s.id == blocked.id), None)
+    if step is None or reason.startswith("cannot tell:"):
+        return "", set()  # what could not be observed says its own next step
+    fixes = {*step.fixes, *([step.for_each_failing] if step.for_each_failing else [])}
+    gate = f", or rerun with {NODE_GATE} once their owners agree" if NODE_GATE in reason else ""
+    said = (
+        f"{blocked.id} was held back ({reason.split(': ')[0]}): look at what holds it back "
+        f"(named above), and run this runbook again once that is gone{gate}"
+    )
+    return said, fixes
+
+
 def unobservable(
     runbook: Runbook, check: str, state: State | None, judged: AbstractSet[str] = frozenset()
 ) -> list[str]:
@@ -271,12 +292,15 @@ def verdict_of(report: RunReport) -> Verdict:
     # An observation whose condition a failing check already judges (nvidia-smi's
     # driver/library mismatch) is that check's finding, with its own hint.
     judged = set(runbook.observations_of([r.name for r in results if r.is_failing]))
+    unblock, replaced = held_back_next(runbook, report.blocked)
+    if unblock:
+        following.append(unblock)
     for result in results:
         if result.cannot_tell:
             following += unobservable(runbook, result.name, state, judged)
             continue
         hint = runbook.checks[result.name].hint if result.name in runbook.checks else ""
-        if not result.ok and hint:
+        if not result.ok and hint and result.name not in replaced:
             following.append(" ".join(hint.split()))
     if held:
         following.append(

@@ -183,3 +183,32 @@ def test_a_check_on_an_observations_condition_speaks_of_the_check_not_a_gpu():
         "The NVIDIA driver is loaded: condition 'driver-not-loaded', expected != "
         "'driver-not-loaded'"
     )
+
+
+def test_a_rung_held_back_by_what_it_would_reach_is_the_next_step_not_its_checks_hint():
+    """A stranger shares the NVLink group: the reset and the GPU services' stop were held
+    back. 'Reset that GPU' (the memory check's hint) is what the run refused to do: the
+    next step is to look at what held the rung back, then run again."""
+    from runbook_runner.events import Observed, StepRecord
+    from runbook_runner.expect import CheckResult
+
+    report = RunReport(RUNBOOK)
+    held = CheckResult("gpu-memory-released", False, "<= 1024", "30003", "GPU 0: 30,003 MiB")
+    drain = CheckResult("no-gpu-to-drain", False, "none", "Xid 48", "Xid 48 twice")
+    report.after = Observed("after", {"holders": ()}, (held, drain))
+    report.blocked = StepRecord(
+        "stop-gpu-services",
+        StepStatus.BLOCKED,
+        0.0,
+        0.0,
+        message="blocked: stopping nvidia-persistenced.service reaches every GPU; cannot tell "
+        "who holds: PID 7001 (python3 train.py): its owner cannot be told",
+    )
+    said = report.verdict.next
+    assert said[0] == (
+        "stop-gpu-services was held back (stopping nvidia-persistenced.service reaches every "
+        "GPU; cannot tell who holds): look at what holds it back (named above), and run this "
+        "runbook again once that is gone"
+    )
+    assert not any("--gpu-reset" in line for line in said)  # the refused rung's advice
+    assert " ".join(RUNBOOK.checks["no-gpu-to-drain"].hint.split()) in said  # not its to fix
