@@ -275,6 +275,9 @@ def test_a_healthy_server_holds_back_the_reboot_and_is_named_once_for_all_its_wo
     pids = ", ".join(str(4120 + rank) for rank in range(8))
     assert f"PIDs {pids} (sglang::scheduler_TP0 and 7 more): the server is healthy" in stop.reason
     assert stop.reason.count("the server is healthy") == 1
+    # ... and what held it back is left alone, so the verdict names it there too
+    [left] = stop.left_alone
+    assert left.startswith(f"PIDs {pids} (sglang::scheduler_TP0 and 7 more): the server is healthy")
 
 
 def test_a_reboot_carries_its_gate_unless_it_is_allowed():

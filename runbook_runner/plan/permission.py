@@ -104,7 +104,9 @@ def permitted(
         unknown = _cannot_tell(owners)
         if unknown:
             blocked.append("cannot tell who holds: " + "; ".join(unknown))
-        return Permission(tuple(items) if not blocked else (), (), tuple(blocked))
+        # What held the rung back is left alone, and the verdict says so.
+        left_node = tuple(others) if others and not allow_node_wide else ()
+        return Permission(tuple(items) if not blocked else (), left_node, tuple(blocked))
     held: list[LeftAlone] = []
     for item in items:
         if item is None:
