@@ -95,8 +95,10 @@ def decide(
 
     A step runs only on evidence: its ``skip_if`` does not all hold, its ``when`` is true,
     one of the checks it ``fixes`` is failing, and its ``for_each_failing`` check fails
-    for some items. Where any of these cannot be told, the step is blocked, never run. A
-    destructive step of a runbook with a subject then acts only on what ownership allows.
+    for some items. Where any of these cannot be told, the step is blocked, never run;
+    except a step told its ``for_each_failing`` check holds: it has nothing to act on, so an
+    unknown elsewhere holds nothing back here. A destructive step of a runbook with a
+    subject then acts only on what ownership allows.
     """
 
     def blocked(results: Sequence[CheckResult] | None, reason: str = "") -> Decision:
