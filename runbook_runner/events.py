@@ -268,27 +268,26 @@ def verdict_of(report: RunReport) -> Verdict:
     """The run's verdict from its report (pure)."""
     runbook = report.runbook
     destructive = {s.id for s in runbook.steps if s.destructive}
+    state = report.after.state if report.after is not None else None
     done: list[str] = []
     left: list[str] = []
     for record in report.steps:
         if record.sent and record.id in destructive and (record.targets or record.commands):
             what = ", ".join(record.targets) if record.targets else "; ".join(record.commands)
-            tail = "" if record.status == StepStatus.OK else f" ({record.status})"
-            if record.status != StepStatus.OK and record.message:
-                tail = f" ({record.status}: {record.message})"  # why: what a person reads
+            why = f": {record.message}" if record.message else ""  # what a person reads
+            tail = "" if record.status == StepStatus.OK else f" ({record.status}{why})"
             done.append(f"{record.id}: {what}{tail}")
         for said in record.left_alone:
             if said not in left:
                 left.append(said)
-    for said in held_back(report.after.state if report.after is not None else None, left):
+    for said in held_back(state, left):
         left.append(said)
     results = report.after.results if report.after is not None else ()
     still = [f"{r.name}: {r.message}" for r in results if not r.ok]
     if report.blocked is not None:
         still.append(f"stopped before {report.blocked.id}: {report.blocked.message}")
-    held = subject_held(report.after.state if report.after is not None else None)
+    held = subject_held(state)
     following: list[str] = []
-    state = report.after.state if report.after is not None else None
     # An observation whose condition a failing check already judges (nvidia-smi's
     # driver/library mismatch) is that check's finding, with its own hint.
     judged = set(runbook.observations_of([r.name for r in results if r.is_failing]))

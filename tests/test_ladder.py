@@ -202,17 +202,23 @@ def test_a_wait_that_showed_waiting_cannot_help_is_not_a_failure():
     assert ladder.wait_verdict("deadline", "deadline (180 s)")[0] == StepStatus.FAILED
 
 
+def ended(*rungs: ladder.Rung, start: str | None = None) -> ladder.History:
+    """A history whose rungs ended as given, from ``start`` (else the first rung's step)."""
+    history = ladder.History.start(runbook(), from_step=start or rungs[0].step)
+    for rung in rungs:
+        history = history.then(rung)
+    return history
+
+
 def test_reached_by_is_the_rung_before_the_one_skipped_because_the_goal_held():
     book = runbook()
-    history = ladder.History.start(book, from_step="wait-for-teardown")
-    for rung in (
+    history = ended(
         ladder.Rung("wait-for-teardown", StepStatus.OK, wait="no-progress"),
         ladder.Rung("kill-stuck-server", StepStatus.SKIPPED),
         ladder.Rung("reboot-for-stuck", StepStatus.SKIPPED),
         ladder.Rung("reset-gpus", StepStatus.OK, wait="reached"),
         ladder.Rung("persistence-off", StepStatus.SKIPPED, holds=True),
-    ):
-        history = history.then(rung)
+    )
     assert ladder.reached_by(book, history, goal_holds=True) == "reset-gpus"
     nothing = ladder.History.start(book, remaining=[])
     assert ladder.reached_by(book, nothing, goal_holds=True) is None
@@ -221,9 +227,8 @@ def test_reached_by_is_the_rung_before_the_one_skipped_because_the_goal_held():
 def test_a_look_reaches_nothing_when_the_goal_held_from_the_start():
     """A healthy server: only the read-only looks ran; the goal was not 'reached by' one."""
     book = runbook()
-    history = ladder.History.start(book)
-    for step in [s for s in book.steps if not s.destructive and s.run is not None]:
-        history = history.then(ladder.Rung(step.id, StepStatus.OK))
+    looks = [s for s in book.steps if not s.destructive and s.run is not None]
+    history = ended(*(ladder.Rung(s.id, StepStatus.OK) for s in looks))
     assert ladder.reached_by(book, history, goal_holds=True) is None
 
 
@@ -231,15 +236,13 @@ def test_a_rung_that_puts_back_what_another_changed_reaches_nothing():
     """persistence-blocks-reset: the reset out of persistence mode freed the GPU;
     restore-persistence only put the mode back, and the goal held before it."""
     book = runbook()
-    history = ladder.History.start(book, from_step="reset-gpus")
-    for rung in (
+    history = ended(
         ladder.Rung("reset-gpus", StepStatus.FAILED, wait="deadline"),
         ladder.Rung("reset-sick-gpus", StepStatus.SKIPPED),
         ladder.Rung("persistence-off", StepStatus.OK),
         ladder.Rung("reset-gpus-again", StepStatus.OK, wait="reached"),
         ladder.Rung("restore-persistence", StepStatus.OK),
-    ):
-        history = history.then(rung)
+    )
     assert ladder.reached_by(book, history, goal_holds=True) == "reset-gpus-again"
 
 

@@ -117,45 +117,33 @@ def decide(
             return blocked(None, f"when {step.when.source}: {value}")
         if not value:
             return Decision(Verdict.SKIP, f"when is false: {step.when.source}")
+    each = (
+        evaluate_check(runbook.checks[step.for_each_failing], runbook, state, params, changed)
+        if step.for_each_failing
+        else None
+    )
     if step.fixes:
         fixing = evaluate_checks(step.fixes, runbook, state, params, changed)
         verdict = outcome(fixing)
         if verdict == CheckStatus.OK:
             return Decision(Verdict.SKIP, "nothing to fix: " + ", ".join(step.fixes) + " hold")
-        if verdict == CheckStatus.CANNOT_TELL and not _nothing_to_act_on(
-            runbook, state, params, changed, step
-        ):
+        # A rung told it has nothing to act on touches nothing: an unknown it fixes holds
+        # nothing back here (it is skipped below as not needed).
+        if verdict == CheckStatus.CANNOT_TELL and not (each is not None and each.ok):
             return blocked(fixing)
     items: tuple[Any, ...] = ()
-    if step.for_each_failing:
-        check = runbook.checks[step.for_each_failing]
-        verdict_of = evaluate_check(check, runbook, state, params, changed)
-        if verdict_of.cannot_tell:
-            return blocked([verdict_of])
-        if verdict_of.ok:
-            return Decision(Verdict.SKIP, f"nothing to act on: {check.name} holds")
-        items = tuple(verdict_of.failing)
+    if each is not None:
+        if each.cannot_tell:
+            return blocked([each])
+        if each.ok:
+            return Decision(Verdict.SKIP, f"nothing to act on: {each.name} holds")
+        items = tuple(each.failing)
     missing = [m for item in items or (None,) for m in unreported(step, item, params)]
     if missing:
         return blocked(None, "; ".join(missing))
     if not step.destructive or subject is None:
         return Decision(Verdict.RUN, items=items)
     return _owned(runbook, state, step, items, subject, allow_node_wide)
-
-
-def _nothing_to_act_on(
-    runbook: Runbook,
-    state: Mapping[str, Any],
-    params: Mapping[str, Any],
-    changed: Changed,
-    step: Step,
-) -> bool:
-    """Whether a rung that acts on the failing items of a check is told it has none: it
-    can touch nothing, so what it fixes being unknown holds nothing back here."""
-    if not step.for_each_failing:
-        return False
-    check = runbook.checks[step.for_each_failing]
-    return evaluate_check(check, runbook, state, params, changed).ok
 
 
 def _owned(

@@ -96,6 +96,7 @@ def permitted(
     if affects == "node":
         others = _others_on_node(owners)
         if others and not allow_node_wide:
+            left += others  # what held the rung back is left alone, and said so
             blocked.append(
                 "a node-wide action while processes that are not ours (or that are healthy) "
                 "use the node: " + "; ".join(others) + " (rerun with --allow-node-wide to "
@@ -104,9 +105,7 @@ def permitted(
         unknown = _cannot_tell(owners)
         if unknown:
             blocked.append("cannot tell who holds: " + "; ".join(unknown))
-        # What held the rung back is left alone, and the verdict says so.
-        left_node = tuple(others) if others and not allow_node_wide else ()
-        return Permission(tuple(items) if not blocked else (), left_node, tuple(blocked))
+        return Permission(tuple(items) if not blocked else (), tuple(left), tuple(blocked))
     held: list[LeftAlone] = []
     for item in items:
         if item is None:
