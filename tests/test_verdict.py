@@ -41,8 +41,9 @@ def test_a_gpu_of_the_subject_held_by_a_broken_server_is_exit_9_not_0():
     )
     report = ended_with(broken)
     assert report.verdict.held == (
-        "GPU 0: held by PID 4001 python3 -m sglang.launch_server (broken: its port 30000 is "
-        "closed, still after 2000 s)",
+        "GPU /dev/nvidia0: still held by the server, memory not reported: PID 4001 python3 -m "
+        "sglang.launch_server (broken: its port 30000 is closed, still after 2000 s) (look: ps "
+        "-o pid,ppid,user,etimes,args -p 4001; cat /proc/4001/cgroup)",
     )
     assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.SUBJECT_HELD
 

@@ -68,7 +68,7 @@ class Runner(Acting):
     def run(self, *, from_step: str | None = None, resume: ResumePlan | None = None) -> RunReport:
         """Walk the ladder; ``resume`` (a stopped run's plan) leaves out every step whose end
         is journalled and re-observes an in-flight step before sending anything again."""
-        report = RunReport(self.runbook)
+        report = RunReport(self.runbook, params=self.params)
         report.before = self.check_goal("before")
         moved: list[str] = []
         if self.approved is not None and resume is None:
@@ -143,6 +143,6 @@ class Runner(Acting):
 
     def look(self) -> RunReport:
         """One look at the host, nothing sent that changes it (a session's dry run)."""
-        report = RunReport(self.runbook)
+        report = RunReport(self.runbook, params=self.params)
         report.before = report.after = self.check_goal("before")
         return report

@@ -527,12 +527,16 @@ MATRIX += (
         wrong="orphaned memory on GPUs 0-3; on GPU 5 a training job runs in the same cgroup "
         "as everything else (no pam_systemd): nothing says whose it is",
         expert="reset GPUs 0-3; do not touch GPU 5 or its process; ask around whose it is "
-        "(ps -o pid,user,lstart,args -p 7001); no node-wide rung while it runs",
+        "(ps -o pid,user,lstart,args -p 7001); no node-wide rung while it runs; say that "
+        "GPU 5 cannot be told (the crashed server left no process to say it was not its)",
         actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
         ideal_s=40,
         lesson="cannot tell holds back what could reach the stranger, and nothing else",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         cannot_tell=(7001,),
+        ends="stopped",
+        exit_code=6,  # nothing says GPU 5 is not the crashed server's: not "goal holds"
+        message="GPU 5: cannot tell",
         thread="https://forums.developer.nvidia.com/t/memory-on-gpu-not-freed-after-the-program-is-killed/62311",
     ),
     Scenario(
@@ -613,6 +617,9 @@ MATRIX += (
         lesson="NVLink alone does not widen a reset: the architecture and Fabric Manager say",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         cannot_tell=(7001,),
+        ends="stopped",
+        exit_code=6,  # nothing says GPU 5 is not the crashed server's: not "goal holds"
+        message="GPU 5: cannot tell",
         thread=GPU_RESET_MAN,
     ),
     Scenario(
