@@ -162,7 +162,7 @@ class Verdict:
     still_wrong: tuple[str, ...] = ()
     held: tuple[str, ...] = ()
     next: tuple[str, ...] = ()
-    ledger: Ledger = Ledger()
+    ledger: Ledger = field(default_factory=Ledger)
 
     def to_json(self) -> dict[str, Any]:
         return {

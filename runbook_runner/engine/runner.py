@@ -95,7 +95,7 @@ class Runner(Acting):
             number = len(history.rungs) + 1
             if isinstance(move, ladder.Stop):
                 if move.step is not None or history.moved:
-                    report.blocked = StepRecord(
+                    blocked = StepRecord(
                         move.step.id if move.step is not None else "approved-plan",
                         StepStatus.BLOCKED,
                         self.wall_clock(),
@@ -103,13 +103,17 @@ class Runner(Acting):
                         message=move.reason,
                         left_alone=move.left_alone,
                     )
-                    report.steps.append(report.blocked)
+                    report.blocked = report.blocked or blocked
+                    report.steps.append(blocked)
                     if move.step is not None:
-                        self.on_event(StepDone(move.step, report.blocked))
+                        self.on_event(StepDone(move.step, blocked))
                 if history.moved:
                     report.after = report.before
                     return report
-                break
+                # Whatever the end, what this run stopped is put back: walk on, only the
+                # rungs that restore what it changed (ladder.History.halt).
+                history = history.halt(self.runbook, move)
+                continue
             if isinstance(move, ladder.Skip):
                 record = StepRecord(
                     move.step.id,

@@ -74,6 +74,7 @@ class Entry:
     subjects: bool  # the subject's: the run is judged on it
     why: str = ""  # its holders and what was judged of them
     look: str = ""  # the command a person runs to look at it
+    stays: bool = False  # no rung acts on what holds it: a plan foresees it unchanged
 
     @property
     def accounted(self) -> bool:
@@ -106,6 +107,12 @@ class Ledger:
         """The subject's GPUs that are neither free nor serving."""
         return tuple(e for e in self.entries if not e.accounted)
 
+    def foreseen(self) -> Ledger:
+        """What a plan made on this look foresees at the run's end: the entries no rung
+        acts on (a holder nobody can attribute, a server left starting), the rest
+        assumed put right by the rungs that address them."""
+        return Ledger(tuple(e for e in self.entries if e.stays))
+
     @property
     def others(self) -> tuple[Entry, ...]:
         return tuple(e for e in self.entries if e.status is GpuStatus.ANOTHER_OWNER)
@@ -137,8 +144,14 @@ def entry_of(
     index, used = gpu.index, gpu.memory_used_mib
     minor = gpu.minor_number if gpu.minor_number is not None else index
 
-    def entry(status: GpuStatus, why: str = "", look: str = "", subjects: bool = in_scope) -> Entry:
-        return Entry(index, minor, status, used, subjects, why, look)
+    def entry(
+        status: GpuStatus,
+        why: str = "",
+        look: str = "",
+        subjects: bool = in_scope,
+        stays: bool = False,
+    ) -> Entry:
+        return Entry(index, minor, status, used, subjects, why, look, stays)
 
     rows = list({row.pid: row for row in holders}.values())
     ours = [r for r in rows if r.subject]
@@ -159,12 +172,13 @@ def entry_of(
         return entry(GpuStatus.STARTED, why)
     if stuck:
         why = "; ".join(f"{_holder(r)} ({r.reason or r.health or r.disposition})" for r in stuck)
-        return entry(GpuStatus.HELD_BY_OURS, why, _look(stuck[0].pid, index))
+        left = all(r.disposition != "act" for r in stuck)
+        return entry(GpuStatus.HELD_BY_OURS, why, _look(stuck[0].pid, index), stays=left)
     if unknown:
         why = "; ".join(
             f"{_holder(r)}, whose owner cannot be told ({r.evidence or r.reason})" for r in unknown
         )
-        return entry(GpuStatus.CANNOT_TELL, why, _look(unknown[0].pid, index))
+        return entry(GpuStatus.CANNOT_TELL, why, _look(unknown[0].pid, index), stays=True)
     if ours:
         return entry(GpuStatus.SERVING, "; ".join(f"{_holder(r)} ({r.reason})" for r in ours))
     if strangers:
