@@ -120,4 +120,4 @@ def test_the_calculator_cannot_tell_lmcache_and_neither_can_the_preflight():
     flags = parse_launch(
         "vllm serve /m -tp 8 --kv-offloading-backend lmcache --kv-offloading-size 40"
     )
-    assert flags.kv_offload_each_worker is None  # the preflight's kv_copies cannot be computed
+    assert flags.kv_offload_copies is None  # the preflight's kv_copies cannot be computed
