@@ -481,6 +481,12 @@ def test_the_preflight_passes_what_fits_on_the_drill_host(gpu_host, capsys):
             "6 ranks do not divide evenly over 4 nodes",
         ),
         ("vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40", "not SGLang's"),
+        (
+            # 8 ranks x 47 GB = 376 GB fits the drill host, but each rank's draft pools too?
+            "python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache "
+            "--hicache-size 47 --speculative-algorithm EAGLE3",
+            "each of the 8 ranks also pins speculative-decoding draft pools",
+        ),
     ],
 )
 def test_the_preflight_cannot_tell_a_launch_it_cannot_read(gpu_host, capsys, launch, reason):
@@ -488,6 +494,8 @@ def test_the_preflight_cannot_tell_a_launch_it_cannot_read(gpu_host, capsys, lau
     assert code == ExitCode.CANNOT_TELL
     assert checks["hicache-fits"]["status"] == "cannot-tell"
     assert reason in checks["hicache-fits"]["message"]
+    assert not checks["hicache-fits"]["ok"]
+    assert "requested" not in checks["hicache-fits"]["message"]  # no partial sum as an answer
     assert checks["gpus-free"]["ok"]  # what it could reach is still told
 
 
