@@ -99,8 +99,8 @@ SOURCES: dict[str, Source] = {
         "https://github.com/sgl-project/sglang/pull/40135",
     ),
     "sglang-guard-refuses": Source(
-        "The guard refuses, intermittently, pools that fit: each rank samples available "
-        "memory while its siblings are already pinning theirs",
+        "The guard refuses, intermittently, pools that fit (each pool re-sampled available "
+        "memory while sibling ranks were pinning theirs, as PR #40135 describes)",
         "https://github.com/sgl-project/sglang/issues/38156",
     ),
     "sglang-dsa-indexer": Source(
