@@ -107,7 +107,8 @@ def test_the_sglang_rules_count_the_ranks_and_name_the_pools_of_the_table(case):
         [] if f.get("extra_pools", "none") == "none" else [f["extra_pools"]]
     )
     if pools:  # the ranks count; what each pins beside --hicache-size does not
-        assert ranks.count == f["tp"] and case["ranks"] is None
+        assert ranks.count == f["tp"]
+        assert case["ranks"] is None
         return
     assert ranks.count == case["ranks"]
     assert (ranks.why != "") == (case["ranks"] is None)
@@ -599,15 +600,18 @@ def test_the_default_connectors_kv_file_must_fit_in_dev_shm(gpu_host, capsys):
     assert checks["offload-fits"]["ok"]
     shm = checks["kv-offload-fits-dev-shm"]
     assert shm["status"] == "failing"
-    assert "1 × 40 GiB of KV offload file (one per data-parallel engine), 16 GiB available" in (
-        shm["message"]
+    assert (
+        "1 × 40 GiB of KV offload file (one per data-parallel engine), 16 GiB available"
+        in (shm["message"])
     )
     code, checks = check(gpu_host, capsys, VLLM, f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {launch}")
     assert checks["kv-offload-fits-dev-shm"]["ok"], checks["kv-offload-fits-dev-shm"]
     # One file per data-parallel engine: 10 GiB fits once, four engines' 40 GiB do not.
     code, checks = check(gpu_host, capsys, VLLM, "vllm serve /m -tp 8 --kv-offloading-size 10")
     assert checks["kv-offload-fits-dev-shm"]["ok"], checks["kv-offload-fits-dev-shm"]
-    code, checks = check(gpu_host, capsys, VLLM, "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 10")
+    code, checks = check(
+        gpu_host, capsys, VLLM, "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 10"
+    )
     shm = checks["kv-offload-fits-dev-shm"]
     assert shm["status"] == "failing", shm
     assert "4 × 10 GiB of KV offload file (one per data-parallel engine)" in shm["message"]

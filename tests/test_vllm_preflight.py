@@ -109,10 +109,18 @@ def test_preflight_fails_a_gpu_without_the_free_memory_asked_for(gpu_host, capsy
         ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8", None, 1),
         # One engine's total, held by each data-parallel engine (spec.py divides by TP x PP).
         ("vllm serve /m -tp 2 -dp 4 --kv-offloading-size 100", "native", 4),
-        ("vllm serve /m -tp 2 -dp 4 --data-parallel-size-local 2 --kv-offloading-size 9", "native", 2),
+        (
+            "vllm serve /m -tp 2 -dp 4 --data-parallel-size-local 2 --kv-offloading-size 9",
+            "native",
+            2,
+        ),
         # An engine spread over two hosts: each host's region is sized for the whole value.
         ("vllm serve /m -tp 16 --nnodes 2 --kv-offloading-size 100", "native", 1),
-        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 2 -dp 4 --kv-offloading-size 9", "simple", 8),
+        (
+            "VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 2 -dp 4 --kv-offloading-size 9",
+            "simple",
+            8,
+        ),
     ],
 )
 def test_parser_names_the_kv_offload_path_and_its_copies_on_the_host(launch, path, copies):
