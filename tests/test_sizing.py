@@ -615,3 +615,15 @@ def test_the_default_connectors_kv_file_must_fit_in_dev_shm(gpu_host, capsys):
     shm = checks["kv-offload-fits-dev-shm"]
     assert shm["status"] == "failing", shm
     assert "4 × 10 GiB of KV offload file (one per data-parallel engine)" in shm["message"]
+
+
+def test_the_pitfalls_first_screen_states_the_rule_per_rank_with_the_incident():
+    """The rule box, above the first heading of the page body, says "per rank" and works
+    the incident's numbers (8 x 300 GB asked of a 449 GiB host) from the figures file."""
+    page = (REPO / "docs" / "pitfalls" / "per-rank-vs-total.md").read_text()
+    body = page.split("\n---\n", 1)[1]
+    first_screen = body.split("\n## ", 1)[0]
+    assert '!!! danger "The rule: a per-rank size is taken once **per rank**"' in first_screen
+    assert "GB **per rank**" in first_screen
+    for figure in ("calc.hicache_requested_total", "fig.host_ram_total", "fig.safe_hicache_size"):
+        assert "{{ " + figure + " }}" in first_screen, figure
