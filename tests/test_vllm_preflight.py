@@ -71,6 +71,18 @@ def test_the_preflight_is_read_only():
             ExitCode.OK,
             "8 GPUs × (2 × 5 GiB --cpu-offload-gb + 0 GiB --swap-space) = 10 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, held 1 time(s)) = 280 GiB requested",
         ),
+        (
+            # TP 2 x DP 4: four engines, each holding its own 100 GiB (vLLM divides by TP x PP
+            # only), where one copy was counted before.
+            "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 100",
+            ExitCode.GOAL_NOT_MET,
+            "+ 2 × 4 × 100 GiB KV offload (connector: native, held 4 time(s)) = 800 GiB requested",
+        ),
+        (
+            "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 40",
+            ExitCode.OK,
+            "+ 2 × 4 × 40 GiB KV offload (connector: native, held 4 time(s)) = 320 GiB requested",
+        ),
     ],
 )
 def test_preflight_does_the_arithmetic(gpu_host, capsys, launch, code, message):
