@@ -5,7 +5,7 @@ Every rule names the upstream file (at a commit) or report it is read from
 (:data:`SOURCES`); docs/calculator.md and docs/pitfalls/per-rank-vs-total.md show the same
 links. The calculator (docs/assets/javascripts/sizing.js) does this arithmetic in the
 browser; tests/test_sizing.py runs this module, the preflights' expressions and the page's
-JavaScript on one table of cases (tests/fixtures/sizing-cases.yaml) and fails where they
+JavaScript on one table of cases (tests/fixtures/sizing/cases.yaml) and fails where they
 differ.
 
 SGLang: the ranks on one host
@@ -280,8 +280,8 @@ _EXTRA_POOL_SOURCE = {
 # Model names (lower case, without '-', '_', '.' or '/') that carry a DSA indexer or hybrid
 # state pools; a model not named here is counted as a plain KV pool. The DSA family is
 # DeepSeek V3.2 and GLM-5 (sglang PR #29263); the hybrid one the Qwen3.5/3.6 and Qwen3-Next
-# GatedDeltaNet models, Kimi-K3, Nemotron-H, Jamba, Falcon-H1 (#29034, PR #32915) and the
-# SWA models gpt-oss and DeepSeek V4 (PR #32373, PR #30393).
+# GatedDeltaNet models, Kimi-K3, Nemotron-H, Jamba, Falcon-H1 (#29034, PR #32915), and
+# models with sliding-window pools (PR #32373), as gpt-oss and DeepSeek V4 (PR #30393).
 _DSA_MODELS = ("deepseekv32", "glm5")
 _HYBRID_MODELS = (
     "qwen35",
