@@ -271,3 +271,18 @@ def test_a_host_in_flight_starts_no_further_destructive_step_once_the_breaker_tr
     assert not answer.yes
     assert consent.breaker_stopped == "reset-gpus"
     assert "the breaker tripped: 1 host failed (--max-fail 1)" in answer.reason
+
+
+def test_runbook_mode_comes_from_group_or_host_vars_and_a_wrong_one_names_the_host():
+    from runbook_runner.fleet import inventory
+    from runbook_runner.fleet.selection import select
+
+    text = (
+        "[watch]\ngpu[1:2]\ngpu3 runbook_mode=act\n[watch:vars]\nrunbook_mode=observe\n"
+        "[other]\ngpu4\n"
+    )
+    parsed = inventory.parse(text, "hosts.ini")
+    modes = {h.name: h.mode for h in select([], parsed, None, 100)}
+    assert modes == {"gpu1": Mode.OBSERVE, "gpu2": Mode.OBSERVE, "gpu3": Mode.ACT, "gpu4": Mode.ACT}
+    with pytest.raises(inventory.InventoryError, match="host gpu9: runbook_mode 'watch'"):
+        inventory.parse("[g]\ngpu9 runbook_mode=watch\n", "hosts.ini")
