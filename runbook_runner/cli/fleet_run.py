@@ -170,14 +170,15 @@ class _Rollout:
         self._modes = {host.name: host.mode for host in hosts}
 
     def mode(self, host: FleetHost) -> Mode:
-        """What the host may do: its group's mode; a dry run plans everywhere."""
-        return Mode.PLAN if self.dry_run and host.mode is Mode.ACT else host.mode
+        """What the host may do: its group's mode; a dry run plans where it would act."""
+        return self._effective(host.mode)
 
     def count(self, outcome: HostOutcome) -> None:
-        mode = self._modes.get(outcome.host, Mode.ACT)
-        if self.dry_run and mode is Mode.ACT:
-            mode = Mode.PLAN
+        mode = self._effective(self._modes.get(outcome.host, Mode.ACT))
         self.breaker = self.breaker.then(outcome.host, outcome.code, mode)
+
+    def _effective(self, mode: Mode) -> Mode:
+        return Mode.PLAN if self.dry_run and mode is Mode.ACT else mode
 
     def why(self) -> str:
         failed = len(self.breaker.failed)
