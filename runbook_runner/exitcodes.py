@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
     SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is not free nor serving
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
+    BREAKER = 11  # run on many hosts: --max-fail hosts failed; the rollout stopped there
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
 
@@ -33,6 +34,7 @@ EXPLANATIONS = {
     ExitCode.TIMED_OUT: "a command or wait ran out of time and the run stopped there",
     ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is neither free nor serving (the verdict's ledger names it, its holder and why)",
     ExitCode.NOT_APPROVED: "run --plan: the run would send a command the approved plan does not have; not sent",
+    ExitCode.BREAKER: "run on many hosts: --max-fail hosts failed, the breaker tripped; no further host started",
     ExitCode.INTERNAL: "internal error: a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 for SIGHUP, 143 for SIGTERM; the command running on the host is ended",
 }
