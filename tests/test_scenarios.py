@@ -223,6 +223,7 @@ def test_the_gpu_and_host_ram_ladders_never_cross():
     assert steps["remove-leaked-shm"].affects == "files"
     # the short-cuts act on their own evidence, not on a generic failure
     assert steps["reboot-for-xid"].fixes == ("no-xid-needs-reboot",)
+    assert steps["reboot-for-recovery-action"].fixes == ("no-gpu-asks-reboot",)
     assert steps["reboot-for-stuck"].fixes == ("no-stuck-server",)
     assert steps["load-driver"].fixes == ("driver-loaded",)
     # the last resort is for memory only: a drain or an NVLink fault never climbs to it

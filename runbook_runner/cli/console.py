@@ -260,8 +260,7 @@ def closing(
         headline = (f"stopped: {confirmer.refusal or 'declined'}", "yellow")
     elif report.ok and verdict.held:
         headline = (
-            f"the goal's checks hold on {host}, but not every GPU of the server is free "
-            "or serving",
+            f"the goal's checks hold on {host}, but not every GPU of the server is free or serving",
             "red",
         )
     elif report.ok:

@@ -832,3 +832,20 @@ def port_from_config() -> SimHost:
             )
     host.processes = processes
     return host
+
+
+def driver_asks_reboot() -> SimHost:
+    """The seed's crash (memory held on GPUs 0 and 2, no process left), but GPU 2's driver
+    says only a node reboot recovers it (nvidia-smi -q, GPU Recovery Action: Reboot): the
+    reset the orphaned memory alone would call for will not do."""
+    host = oom_crash()
+    host.gpu(2).recovery_action = "Reboot"
+    return host
+
+
+def row_remap_failed() -> SimHost:
+    """The seed's crash on GPUs 0 and 2; GPU 2's row remapping failed (Remapped Rows:
+    Remapping Failure Occurred: Yes): its memory cannot be trusted, whatever a reset frees."""
+    host = oom_crash()
+    host.gpu(2).rows_remap_failed = True
+    return host

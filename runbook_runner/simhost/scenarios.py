@@ -28,6 +28,7 @@ from runbook_runner.simhost.hosts import (
     crash_loop_unknown_cause,
     daemon_holds_gpu,
     daemons_hold_every_gpu,
+    driver_asks_reboot,
     driver_not_built_for_kernel,
     driver_not_loaded,
     driver_upgraded_under_healthy_server,
@@ -55,6 +56,7 @@ from runbook_runner.simhost.hosts import (
     persistence_blocks_reset,
     port_from_config,
     ray_cluster_beside,
+    row_remap_failed,
     seed_launcher_alive,
     shared_kv_cache_server,
     slow_teardown,
@@ -805,6 +807,40 @@ MATRIX += (
         exit_code=6,
         message="cannot tell",
         thread="https://github.com/NVIDIA/nvidia-docker/issues/365",
+    ),
+    Scenario(
+        "driver-asks-reboot",
+        "the driver's word bounds the ladder: GPU 2's recovery action is a node reboot, so "
+        "its orphaned memory is not reset but rebooted away",
+        driver_asks_reboot,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-smi -q says GPU 2's recovery action "
+        "is Reboot",
+        expert="never try a reset the driver says will not do: reboot the node (nvidia-smi "
+        "-q, GPU Recovery Action; NVML's nvmlDeviceGpuRecoveryAction_t)",
+        actions=("reboot",),
+        ideal_s=120,
+        lesson="the driver says what recovers a GPU: read it before picking a rung",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        allow_reboot=True,
+        thread="https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html",
+    ),
+    Scenario(
+        "row-remap-failed",
+        "GPU 2's row remapping failed: out of service, never reset and returned; GPU 0 is "
+        "reset as usual",
+        row_remap_failed,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-smi -q says GPU 2's row remapping "
+        "failed (Remapping Failure Occurred: Yes)",
+        expert="reset GPU 0; leave GPU 2 as it is and drain it: a GPU whose remapping failed "
+        "goes to NVIDIA's row-remapping guidance (RMA), not back into service",
+        actions=("reset GPU 0",),
+        ideal_s=30,
+        lesson="a GPU whose row remapping failed is out of service, whatever a reset frees",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="row remapping failed",
+        thread="https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
     ),
 )
 
