@@ -12,12 +12,13 @@ include (``--8<--``), an abbreviation or one of the site's ``{{ fig.* }}`` place
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_runner.kb import chart
+from runbook_runner.kb import chart, incidents
 from runbook_runner.kb.markdown import code, slug, targets, text, yaml_string
 from runbook_runner.kb.timeline import outcome, secs, state_tables, timeline
 from runbook_runner.status import StepStatus
@@ -149,6 +150,9 @@ def draft(
     ]
     if linked:
         front.append(f"runbooks: [{yaml_string(runbook)}]")
+    # The index's fields (incident.schema.json), each one line of JSON, which YAML reads.
+    fields = incidents.from_journal(events, str((scenario or {}).get("page") or ""))
+    front += [f"{key}: {json.dumps(value)}" for key, value in fields.items()]
     front += ["tags:", "  - postmortem"] + (["  - drill"] if drill_name else []) + ["---", ""]
     body = [f"# {text(title, 200)}", ""]
     if drill_name:
