@@ -42,9 +42,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # A failed setup or teardown fails the test; a skip is no pass.
-    if report.when == "call" or report.outcome != "passed":
-        if _outcomes.get(report.nodeid) not in ("failed",):
-            _outcomes[report.nodeid] = report.outcome
+    if (report.when == "call" or report.outcome != "passed") and _outcomes.get(
+        report.nodeid
+    ) != "failed":
+        _outcomes[report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sshd import only_simulated_hosts_start
 from test_docs import build, text_of
+from test_postmortem import events as journal_events
 
 from conftest import REPO
 from runbook_runner import journal
 from runbook_runner.kb import incidents as kb
 from runbook_runner.kb.postmortem import draft
-from test_postmortem import events as journal_events
 
 PITFALLS = [p.stem for p in (REPO / "docs" / "pitfalls").glob("*.md")]
 SEED = REPO / "docs" / "postmortems" / "sglang-hicache-oom.md"
@@ -117,7 +117,8 @@ def test_a_guard_is_done_only_while_its_test_passes():
     other = results(("tests/test_x.py::test_y_more", "passed"))  # another test, not a case of it
     assert kb.status(guard, other)[0] == kb.Status.OUTSTANDING
     overdue = kb.index_pages([incident], kb.NO_RESULTS, "2026-12-05")["incidents/overdue.md"]
-    assert "A guard" in overdue and "An alert" in overdue
+    assert "A guard" in overdue
+    assert "An alert" in overdue
     assert "A rewrite" not in overdue  # not doing, with its reason: not overdue
     assert (
         "An alert"
@@ -202,7 +203,8 @@ def kb_site(tmp_path_factory):
             1,
         )
     )
-    yield root, results, _three_drills_on_gpu_2(root)
+    _three_drills_on_gpu_2(root)
+    return root, results
 
 
 def _three_drills_on_gpu_2(root: Path) -> list[str]:
@@ -241,7 +243,7 @@ def _three_drills_on_gpu_2(root: Path) -> list[str]:
 
 
 def test_three_drills_on_one_gpu_are_its_recurrence_list_in_order_with_their_rungs(kb_site):
-    root, results, runs = kb_site
+    root, results = kb_site
     result = build(root, root / "site")
     assert result.returncode == 0, result.stderr
     by_gpu = text_of(root / "site" / "incidents" / "by-gpu.html")
@@ -274,16 +276,21 @@ def test_three_drills_on_one_gpu_are_its_recurrence_list_in_order_with_their_run
     assert seed is not None
     for action in [a for a in seed.actions if a.proves]:
         (row,) = [r for r in rows if action.proves in r]
-        assert "<td>done</td>" in row and "passed at" in row, row
+        assert "<td>done</td>" in row, row
+        assert "passed at" in row, row
         assert f'href="../{action.link.replace(".md", ".html")}"' in row
     (failed,) = [r for r in rows if "test_deliberate.py::test_fails" in r]
-    assert "<td>outstanding</td>" in failed and "failed at" in failed
+    assert "<td>outstanding</td>" in failed
+    assert "failed at" in failed
     overdue = text_of(root / "site" / "incidents" / "overdue.html")
     assert "A deliberately failing guard" in overdue
     # The recovery runbook's page says when its drills last ran.
     recovery = text_of(root / "site" / "runbooks" / "gpu-oom-recovery.html")
     assert "Its drills" in recovery
-    assert json.loads(results.read_text())["tests"]
+    # Both test runs are in the one results file: the second kept the first's entries.
+    ran = json.loads(results.read_text())["tests"]
+    assert ran["tests/test_deliberate.py::test_fails"]["outcome"] == "failed"
+    assert all(ran[p]["outcome"] == "passed" for p in ran if p.startswith("tests/test_drill.py"))
 
 
 def test_a_malformed_field_fails_the_build_with_file_and_line(tmp_path):
