@@ -25,7 +25,7 @@ import html
 import json
 import os
 import re
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -321,7 +321,7 @@ def on_files(files: Files, config) -> Files:
     _load_figures()
     _load_failure_modes()
     _load_incidents(files)
-    today = datetime.now(UTC).date().isoformat()
+    today = datetime.now(timezone.utc).date().isoformat()
     for path, content in kb.index_pages(_incidents.values(), _results[0], today).items():
         files.append(File.generated(config, path, content=content))
     files.append(File.generated(config, "figures.md", content=_figures_page()))
@@ -408,7 +408,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             )
     incident = _incidents.get(source)
     if incident and not incident.record:
-        today = datetime.now(UTC).date().isoformat()
+        today = datetime.now(timezone.utc).date().isoformat()
         markdown += "\n" + kb.earlier_section(incident, _incidents.values())
         if incident.actions:
             markdown += "\n" + kb.actions_section(incident, _results[0], today)

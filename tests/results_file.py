@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import subprocess
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -56,7 +56,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
         old = {}
-    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     sessions = dict(old.get("sessions") or {})
     sessions[finished] = {
         "commit": _git("rev-parse", "HEAD"),

@@ -30,13 +30,13 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from enum import StrEnum
+from enum import Enum
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from runbook_runner.format import schema, yamlsource
-from runbook_runner.kb.markdown import text
+from runbook_runner.kb.markdown import code, text
 
 # A check of the recovery runbooks that failed before the run, and the fault class it shows.
 FAULT_OF_CHECK = {
@@ -58,20 +58,20 @@ FAULT_OF_CHECK = {
 BUCKETS = [(60, "under 1 min"), (300, "1–5 min"), (900, "5–15 min"), (3600, "15–60 min")]
 
 
-class How(StrEnum):
+class How(str, Enum):
     AUTOMATIC = "automatic"
     BY_HAND = "by-hand"
     NOT_RECOVERED = "not-recovered"
     UNKNOWN = "unknown"
 
 
-class Status(StrEnum):
+class Status(str, Enum):
     OUTSTANDING = "outstanding"
     DONE = "done"
     NOT_DOING = "not-doing"
 
 
-class Proof(StrEnum):
+class Proof(str, Enum):
     PASSED = "passed"
     FAILED = "failed"
     NOT_RUN = "not run"
@@ -167,7 +167,7 @@ NO_RESULTS = Results({})
 
 @cache
 def incident_schema() -> dict[str, Any]:
-    path = resources.files("runbook_runner").joinpath("schema", "incident.schema.json")
+    path = resources.files("runbook_runner").joinpath("schema").joinpath("incident.schema.json")
     loaded: dict[str, Any] = json.loads(path.read_text("utf-8"))
     return loaded
 
@@ -282,10 +282,12 @@ def from_journal(events: Sequence[Mapping[str, Any]], pitfall_page: str = "") ->
     classes of the checks that failed before it, the rung that reached the goal, and the
     times (detected: the run's start; acted: the first confirmed action; recovered: its end,
     if the goal held). ``pitfall_page``: a drill scenario's page, which the run teaches."""
-    start = next((e for e in events if e.get("event") == "run-start"), {})
-    end = next((e for e in reversed(events) if e.get("event") == "run-end"), {})
+    nothing: Mapping[str, Any] = {}
+    start = next((e for e in events if e.get("event") == "run-start"), nothing)
+    end = next((e for e in reversed(events) if e.get("event") == "run-end"), nothing)
     before = next(
-        (e for e in events if e.get("event") == "observed" and e.get("label") == "before"), {}
+        (e for e in events if e.get("event") == "observed" and e.get("label") == "before"),
+        nothing,
     )
     host = str(start.get("host") or "unknown")
     gpus: dict[int, dict[str, Any]] = {}
@@ -342,8 +344,8 @@ def _rung(incident: Incident) -> str:
     if incident.how == How.BY_HAND:
         return "by hand"
     if incident.rung:
-        return f"`{incident.runbook}` / `{incident.rung}`"
-    return incident.how.value.replace("-", " ")
+        return f"{code(incident.runbook)} / {code(incident.rung)}"
+    return str(incident.how.value).replace("-", " ")
 
 
 def _table(incidents: Sequence[Incident], up: str) -> list[str]:
@@ -351,7 +353,7 @@ def _table(incidents: Sequence[Incident], up: str) -> list[str]:
     for i in incidents:
         clock = " (simulated)" if i.clock == "simulated" and i.recover_s is not None else ""
         rows.append(
-            f"| {i.day} | {_link(i, up)} | {', '.join(i.faults)} | {_rung(i)} "
+            f"| {text(i.day)} | {_link(i, up)} | {', '.join(i.faults)} | {_rung(i)} "
             f"| {_duration(i.recover_s)}{clock} |"
         )
     return rows
