@@ -81,6 +81,8 @@ META_ROWS = [
     ("severity", "Severity"),
     ("incident", "Incident"),
     ("hosts", "Hosts"),
+    ("fault", "Fault class"),
+    ("recovered", "Recovered"),
     ("started", "Started (UTC)"),
     ("ended", "Ended (UTC)"),
     ("outcome", "Outcome"),
@@ -374,6 +376,11 @@ def _meta_table(meta: dict, depth: int) -> str:
             continue
         if key == "runbooks":
             shown = ", ".join(f"[{_cell(n)}]({up}runbooks/{_cell(n)}.md)" for n in value)
+        elif key == "recovered" and isinstance(value, dict):
+            rung = " / ".join(_cell(value[k]) for k in ("runbook", "rung") if value.get(k))
+            shown = _cell(value.get("how", "unknown")).replace("-", " ") + (
+                f": {rung}" if rung else ""
+            )
         elif key == "drill":
             shown = (
                 f"yes: scenario `{_cell(value)}` on a simulated host "
