@@ -1,14 +1,11 @@
-"""The knowledge base as incident memory (pure: page front matter and test results in,
-Markdown out).
+"""The knowledge base as incident memory (pure: front matter and test results in, Markdown out).
 
-Every page under ``docs/postmortems/`` carries front matter that
-``runbook_runner/schema/incident.schema.json`` describes: hosts, GPUs, fault classes, the
-runbook and rung that recovered, automatic or by hand, the detect / act / recover times,
-the pitfall pages it teaches, and its action items. :func:`parse` reads it into an
-:class:`Incident` (or ``file:line:col`` problems); the index pages, the "earlier incidents"
-of a postmortem, the "incidents it caused" of a pitfall and a runbook's drill status are
-rendered from those and from the test results file (:func:`read_results`), which
-``tests/results_file.py`` writes at the end of a test run. docs/hooks.py does the I/O.
+:func:`parse` reads a postmortem page's front matter (``schema/incident.schema.json``: hosts,
+GPUs, fault classes, the rung that recovered and how, the detect / act / recover times, the
+pitfalls it teaches, its action items) into an :class:`Incident`, or ``file:line:col``
+problems. The index pages, a postmortem's earlier incidents, a pitfall's incidents and a
+runbook's drill status are rendered from those and the test results file
+(``tests/results_file.py`` writes it; :func:`read_results`). docs/hooks.py does the I/O.
 
 Rules:
 - Incidents are listed in the order of their day (the ``date`` field's leading
@@ -38,23 +35,6 @@ from typing import Any
 from runbook_runner.format import schema, yamlsource
 from runbook_runner.kb.markdown import code, text
 
-# A check of the recovery runbooks that failed before the run, and the fault class it shows.
-FAULT_OF_CHECK = {
-    "gpu-memory-released": "gpu-memory-held",
-    "host-memory-available": "host-memory",
-    "broken-server-gone": "crashed-server",
-    "crash-loop-ended": "crash-loop",
-    "holders-attributed": "ownership",
-    "no-xid-needs-reboot": "xid",
-    "no-gpu-to-drain": "xid",
-    "no-nvlink-fault": "nvlink",
-    "gpus-answer": "gpu-unresponsive",
-    "driver-loaded": "driver",
-    "driver-matches-library": "driver",
-    "hicache-fits": "sizing",
-    "offload-fits": "sizing",
-    "kv-offload-fits-dev-shm": "sizing",
-}
 BUCKETS = [(60, "under 1 min"), (300, "1–5 min"), (900, "5–15 min"), (3600, "15–60 min")]
 
 
@@ -218,16 +198,11 @@ def parse(markdown: str, page: str, pitfalls: Iterable[str]) -> tuple[Incident |
         return None, [p.format(where) for p in sorted(shifted)]
     data = source.data
     times, recovered = data["times"], data["recovered"]
+    fields = ("item", "kind", "owner", "due", "reason", "proves", "link")
     actions = tuple(
         Action(
-            item=a["item"],
-            kind=a["kind"],
-            owner=a["owner"],
-            due=a["due"],
+            **{k: a.get(k, "") for k in fields},
             status=None if a["kind"] in ("guard", "rung") else Status(a["status"]),
-            reason=a.get("reason", ""),
-            proves=a.get("proves", ""),
-            link=a.get("link", ""),
         )
         for a in data.get("actions", [])
     )
@@ -258,10 +233,7 @@ def read_results(data: Mapping[str, Any]) -> Results:
     """The test results file (tests/results_file.py writes it) as Results."""
     sessions = {
         name: Session(
-            str(s.get("commit", "")),
-            bool(s.get("dirty")),
-            str(s.get("finished", "")),
-            dict(s.get("runbooks") or {}),
+            s.get("commit", ""), bool(s.get("dirty")), s.get("finished", ""), s["runbooks"]
         )
         for name, s in (data.get("sessions") or {}).items()
     }
@@ -272,56 +244,6 @@ def read_results(data: Mapping[str, Any]) -> Results:
             if entry.get("session") in sessions
         }
     )
-
-
-# --- From a run's journal: the front matter of its draft ---------------------------------------
-
-
-def from_journal(events: Sequence[Mapping[str, Any]], pitfall_page: str = "") -> dict[str, Any]:
-    """The incident fields a run's journal can fill: the GPUs the run acted on, the fault
-    classes of the checks that failed before it, the rung that reached the goal, and the
-    times (detected: the run's start; acted: the first confirmed action; recovered: its end,
-    if the goal held). ``pitfall_page``: a drill scenario's page, which the run teaches."""
-    nothing: Mapping[str, Any] = {}
-    start = next((e for e in events if e.get("event") == "run-start"), nothing)
-    end = next((e for e in reversed(events) if e.get("event") == "run-end"), nothing)
-    before = next(
-        (e for e in events if e.get("event") == "observed" and e.get("label") == "before"),
-        nothing,
-    )
-    host = str(start.get("host") or "unknown")
-    gpus: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e.get("event") != "step-start":
-            continue
-        for item in e.get("items") or []:
-            if isinstance(item, Mapping) and isinstance(item.get("index"), int):
-                gpu = {"host": host, "index": item["index"]}
-                gpu.update({k: str(item[k]) for k in ("uuid", "serial") if item.get(k)})
-                gpus.setdefault(item["index"], gpu)
-    failed = [c.get("name") for c in before.get("checks") or [] if c.get("ok") is False]
-    faults = sorted({FAULT_OF_CHECK[n] for n in failed if n in FAULT_OF_CHECK}) or ["unknown"]
-    acted = next((e.get("t") for e in events if e.get("event") == "confirmation"), None)
-    ok = bool(end.get("ok"))
-    rung = end.get("reached_by") if ok else None
-    pitfall = pitfall_page.split("#")[0].removeprefix("pitfalls/").removesuffix(".md")
-    return {
-        "incident": str(start.get("run") or "unknown"),
-        "gpus": [gpus[i] for i in sorted(gpus)],
-        "fault": faults,
-        "recovered": {
-            "how": (How.AUTOMATIC if ok else How.NOT_RECOVERED).value,
-            "runbook": start.get("runbook"),
-            "rung": rung,
-        },
-        "times": {
-            "clock": "simulated" if start.get("simulated_time") else "wall",
-            "detected": start.get("t") or "unknown",
-            "acted": acted or "unknown",
-            "recovered": (end.get("t") if ok else None) or "unknown",
-        },
-        "pitfalls": [pitfall] if pitfall_page.startswith("pitfalls/") else [],
-    }
 
 
 # --- Rendering ---------------------------------------------------------------------------------
@@ -552,32 +474,24 @@ def caused_section(pitfall: str, incidents: Iterable[Incident]) -> str:
 
 def drills_section(runbook: str, sha256: str, drills: Sequence[str], results: Results) -> str:
     """When the runbook's drills last passed, and whether it changed since."""
-    out = ["## Its drills", ""]
-    if not drills:
-        return "\n".join([*out, "No drill scenario runs this runbook.", ""])
     runs = [results.proof(d) for d in drills]
     sessions = [s for _, s in runs if s]
-    failed = [d for d, (p, _) in zip(drills, runs, strict=True) if p == Proof.FAILED]
     if not sessions:
-        return "\n".join([*out, f"Its {len(drills)} drills have not run.", ""])
+        said = f"Its {len(drills)} drills have not run." if drills else "No drill runs it."
+        return f"## Its drills\n\n{said}\n"
     last = max(sessions, key=lambda s: s.finished)
-    dirty = " with uncommitted changes" if last.dirty else ""
-    if failed:
-        out.append(
-            f"**{len(failed)} of its {len(drills)} drills failed** in the run at "
-            f"commit `{last.commit[:10]}`{dirty}, {last.finished}."
-        )
-    else:
-        ran = len(sessions)
-        out.append(
-            f"Its drills last passed at commit `{last.commit[:10]}`{dirty}, "
-            f"{last.finished} ({ran} of {len(drills)} ran)."
-        )
+    at = f"commit `{last.commit[:10]}`{' (uncommitted changes)' if last.dirty else ''}"
+    failed = sum(1 for p, _ in runs if p == Proof.FAILED)
+    said = (
+        f"**{failed} of its {len(drills)} drills failed** in the run at {at}, {last.finished}."
+        if failed
+        else f"Its drills last passed at {at}, {last.finished} ({len(sessions)} of "
+        f"{len(drills)} ran)."
+    )
     if last.runbooks.get(runbook) != sha256:
-        out += [
-            "",
-            '!!! warning "Changed since its drills ran"',
-            "    The runbook's YAML is not the one the last drill run read: run the "
-            "drills again (`pytest tests/test_scenarios.py`) before trusting it.",
-        ]
-    return "\n".join([*out, ""])
+        said += (
+            '\n\n!!! warning "Changed since its drills ran"\n    The runbook\'s YAML is not '
+            "the one the last drill run read: run the drills again "
+            "(`pytest tests/test_scenarios.py`) before trusting it."
+        )
+    return f"## Its drills\n\n{said}\n"
