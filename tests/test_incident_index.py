@@ -4,9 +4,11 @@ indexed by GPU, pitfall, fault and rung, and action items done only when their t
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from sshd import only_simulated_hosts_start
-from test_docs import build, text_of
+from test_docs import build, site, text_of  # noqa: F401  (the repository's site)
+from test_postmortem import SCENARIO, simulated_drill
 from test_postmortem import events as journal_events
 
 from conftest import REPO
@@ -152,6 +155,38 @@ def test_a_draft_carries_the_front_matter_its_journal_fills():
     assert incident.faults == ("gpu-memory-held",)
     assert incident.recover_s == 10.5
     assert incident.clock == "wall"
+    drill, _ = kb.parse(
+        draft(simulated_drill(), scenario=SCENARIO).markdown, "postmortems/d.md", PITFALLS
+    )
+    assert drill is not None
+    assert drill.pitfalls == ("orphaned-gpu-memory",)  # the scenario's page
+    assert drill.clock == "simulated"
+
+
+def test_the_repositorys_site_lists_the_seed_its_record_once_and_the_two_drill_drafts(site):  # noqa: F811
+    raw = (site / "incidents" / "index.html").read_text()
+    table = raw[raw.index("<article") :].split("<table>")[1].split("</table>")[0]
+    listed = [
+        html.unescape(re.sub(r"<[^>]+>", "", row)).strip()
+        for row in re.findall(r'<a href="\.\./postmortems/[^"]+">(.*?)</a>', table)
+    ]
+    # The seed once (its record is the same incident), then the two drill drafts.
+    assert listed[0] == "Postmortem: SGLang HiCache OOM on an 8-GPU server"
+    assert len(listed) == 3
+    drafts = sorted((REPO / "docs" / "postmortems").glob("drill-*.md"))
+    assert len(drafts) == 2
+    for page in drafts:
+        title = kb.parse(page.read_text(), f"postmortems/{page.name}", PITFALLS)[0]
+        assert title is not None
+        assert title.title in listed
+    record = kb.parse(
+        (REPO / "docs/postmortems/sglang-hicache-oom-record.md").read_text(),
+        "postmortems/sglang-hicache-oom-record.md",
+        PITFALLS,
+    )[0]
+    assert record is not None
+    assert record.record
+    assert record.incident == "hicache-oom-1"
 
 
 # --- The site: three drills on one GPU, the seed's action items proven by their tests ----------
