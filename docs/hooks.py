@@ -294,10 +294,13 @@ def _load_failure_modes() -> None:
 def _load_incidents(files: Files) -> None:
     """Every postmortem page's front matter, checked and kept; the test results."""
     _incidents.clear()
+    _results[0] = kb.NO_RESULTS  # no test run yet: every proof is "not run"
     try:
         _results[0] = kb.read_results(json.loads(RESULTS.read_text()))
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        _results[0] = kb.NO_RESULTS  # no test run yet: every proof is "not run"
+    except FileNotFoundError:
+        log.info(f"{RESULTS}: no test results; run the tests first to mark what they prove")
+    except (OSError, ValueError, AttributeError, KeyError, TypeError) as error:
+        log.info(f"{RESULTS}: unreadable ({error!r}); every proof reads 'not run'")
     pitfalls = [
         f.src_uri[len("pitfalls/") : -3] for f in files if f.src_uri.startswith("pitfalls/")
     ]
