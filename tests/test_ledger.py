@@ -84,10 +84,12 @@ def test_no_gpu_of_the_subject_holding_memory_is_ever_exit_0(kinds: list[str]) -
         if kind == "idle":
             assert entry.status is GpuStatus.FREE, entry
         elif kind == "slurm":  # positive evidence of another owner: not the subject's
-            assert entry.status is GpuStatus.ANOTHER_OWNER and not entry.subjects, entry
+            assert entry.status is GpuStatus.ANOTHER_OWNER, entry
+            assert not entry.subjects, entry
         elif kind == "unknown" and ours_seen:
             # the first look named the server's GPUs: a stranger elsewhere is named only
-            assert entry.status is GpuStatus.CANNOT_TELL and not entry.subjects, entry
+            assert entry.status is GpuStatus.CANNOT_TELL, entry
+            assert not entry.subjects, entry
         else:  # the incident's memory, or a holder nothing says is not the server's
             assert not entry.accounted, entry
             assert code is not ExitCode.OK, (kinds, entry)
@@ -105,7 +107,8 @@ def test_the_seed_with_its_launcher_left_is_exit_9_naming_gpu_0_and_its_holder()
     assert exit_code(ledger, ExitCode.OK) is ExitCode.SUBJECT_HELD
     said = [e.said() for e in ledger.unaccounted]
     assert said[0].startswith("GPU 0: still held by the server")
-    assert "PID 5000" in said[0] and "sglang.launch_server" in said[0]
+    assert "PID 5000" in said[0]
+    assert "sglang.launch_server" in said[0]
     assert said[1].startswith("GPU 2: orphaned memory, 90,003 MiB")
 
 
