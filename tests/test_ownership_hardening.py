@@ -228,3 +228,30 @@ def test_only_the_server_stacks_unheld_shm_segments_are_removed():
         "/dev/shm/sglang_hicache_0",
         "/dev/shm/torch_4120_1234567890_0",
     ]  # bob's 300 GiB file is his, held or not; postgres's is held
+
+
+def test_a_program_path_with_a_newline_stays_one_fact_of_its_own_process(tmp_path):
+    """readlink prints a path as it is: a program named "x\\n1 exe=/usr/bin/nvidia-smi"
+    must not forge a line for PID 1."""
+    import shutil
+    import subprocess
+
+    from runbook_runner.observe.commands import OWN_COMMANDS
+    from runbook_runner.observe.proctree import proc_facts
+
+    text = OWN_COMMANDS["process-owners"].text
+    fragment = next(part for part in text.split("; ") if "exe=" in part)
+    program = tmp_path / "x\n1 exe=" / "usr" / "bin" / "nvidia-smi"
+    program.parent.mkdir(parents=True)
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+    child = subprocess.Popen([str(program), "30"])
+    try:
+        out = subprocess.run(
+            ["sh", "-c", f"p={child.pid}; {fragment}"], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        child.kill()
+        child.wait()
+    facts = proc_facts(out.splitlines())
+    assert set(facts) == {child.pid}, out
+    assert facts[child.pid]["executable"] == f"{tmp_path}/x 1 exe=/usr/bin/nvidia-smi"

@@ -37,7 +37,7 @@ _PROCESS_OWNERS = (
     "|RAY_JOB_ID|RAY_ADDRESS|RAY_NODE_ID|CUDA_VISIBLE_DEVICES)=' "
     '| sed "s/^/$p /"; '
     'echo "$p loginuid=$(cat /proc/$p/loginuid 2>/dev/null)"; '
-    'echo "$p exe=$(readlink /proc/$p/exe 2>/dev/null)"; '
+    "echo \"$p exe=$(readlink /proc/$p/exe 2>/dev/null | tr '\\n' ' ')\"; "
     "cat /proc/$p/mountinfo 2>/dev/null "
     '| awk \'$5 == "/etc/hostname" || $5 == "/etc/hosts" {print $4}\' '
     '| sed "s|^|$p mount=|"; '
