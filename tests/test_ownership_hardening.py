@@ -255,3 +255,42 @@ def test_a_program_path_with_a_newline_stays_one_fact_of_its_own_process(tmp_pat
     facts = proc_facts(out.splitlines())
     assert set(facts) == {child.pid}, out
     assert facts[child.pid]["executable"] == f"{tmp_path}/x 1 exe=/usr/bin/nvidia-smi"
+
+
+# -- the same over `runbook test --state`: the simulated host answers /proc/PID/exe too ------
+
+STATE = """
+processes:
+  - {pid: 3001, cmdline: "python3 -m sglang.launch_server --port 31337", user: bob, listens: 31337,
+     health: error, gpu_mib: {5: 60000},
+     cgroup: /user.slice/user-1666.slice/user@1666.service/app.slice/sglang.service}
+  - {pid: 4100, cmdline: "python3 -m sglang.launch_server --port 30000", unit: sglang.service,
+     listens: 30000}
+  - {pid: 4120, cmdline: "sglang::scheduler_TP0", ppid: 4100, unit: sglang.service,
+     gpu_mib: {0: 90112}}
+  - {pid: 7101, cmdline: "nvidia-persistenced --verbose", user: mallory, gpu_mib: {6: 40000},
+     exe: /home/mallory/bin/nvidia-persistenced}
+services:
+  - {name: sglang, main_pid: 4100}
+shm:
+  - {name: bob-embeddings.bin, size: 300 GiB, owner: bob, age_s: 9000}
+"""
+
+
+def test_a_state_with_a_users_unit_an_impostor_and_a_users_shm_file_changes_nothing(
+    tmp_path, capsys
+):
+    import json
+
+    from runbook_runner.cli import main
+
+    state = tmp_path / "state.yaml"
+    state.write_text(STATE)
+    code = main(["test", "gpu-oom-recovery", "--state", str(state), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0, document["verdict"]
+    assert document["verdict"]["done"] == []  # no stop, signal, reset nor rm
+    holders = {h["pid"]: h for h in document["state"]["holders"]}
+    assert holders[3001]["owner"] == "another-owner"
+    assert holders[7101]["owner"] == "another-owner"
+    assert {holders[4100]["verdict"], holders[4120]["verdict"]} == {"leave"}  # healthy
