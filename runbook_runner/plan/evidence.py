@@ -84,6 +84,7 @@ def another_owner(facts: ProcessOwner) -> str:
 
 
 def describe_owner(facts: ProcessOwner) -> str:
+    """Whose its cgroup says it is, in words ("Slurm job 777"), or ''."""
     kind, name = facts.owner_kind or "", facts.owner_name or ""
     if kind == "unit":
         return f"unit {name}"
