@@ -109,6 +109,7 @@ class SimProcess:
     mig_ci: int | None = None
     loginuid: int | None = None  # /proc/PID/loginuid; None: unset (4294967295), as for a daemon
     mountinfo: str = ""  # /proc/PID/mountinfo (a container's binds its /etc/hostname)
+    exe: str = ""  # /proc/PID/exe; "": its command's first word if a path, else python3's
     mps_server: int | None = None  # the MPS server (its PID) this process is a client of
 
     def cgroup_path(self) -> str:
