@@ -58,7 +58,9 @@ class Host:
             "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args"
         )
         fuser, _ = self.call(f"fuser -v {DEVICES}", merge=True)
-        return f"{ps}@@ fuser\n{fuser}@@ end\n", 0
+        meminfo, _ = self.call("cat /proc/meminfo")
+        total = "".join(f"{ln}\n" for ln in meminfo.splitlines() if ln.startswith("MemTotal:"))
+        return f"{ps}@@ fuser\n{fuser}@@ memory\n{total}@@ end\n", 0
 
     def hung_tasks(self) -> tuple[str, int]:
         text, _ = self.call("dmesg")

@@ -57,6 +57,8 @@ _PROCESS_OWNERS = (
     'echo "get_client_list $s" | timeout 10 nvidia-cuda-mps-control 2>/dev/null '
     '| sed "s/^/client $s /"; '
     "done; fi; "
+    "echo '@@ memory'; "
+    "cat /proc/meminfo 2>/dev/null | grep '^MemTotal:'; "
     "echo '@@ end'"
 )
 

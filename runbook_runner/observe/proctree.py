@@ -33,7 +33,8 @@ the root of the files bind-mounted on its
 ``/etc/hostname`` or ``/etc/hosts`` (``/proc/PID/mountinfo``: a container's, from its
 runtime's folder). ``@@ listening`` is ``ss -ltnp`` (which PID listens on which TCP port);
 ``@@ mps`` the MPS control daemon's servers and their clients (``server SPID``,
-``client SPID CPID``). Every one of them is data: a word, a number, never run.
+``client SPID CPID``); ``@@ memory`` the host's ``MemTotal`` (what a launch's own sizing
+is held against: plan/ownership.py). Every one of them is data: a word, a number, never run.
 
 One record per process and GPU it holds (``/dev/nvidiaN``); a process that holds only
 node-wide files (``/dev/nvidiactl``) has one record with ``node_wide``; one that holds none
@@ -200,6 +201,15 @@ def mps_clients(lines: list[str]) -> dict[int, int]:
     return clients
 
 
+def mem_total(lines: list[str]) -> int | None:
+    """The ``@@ memory`` section: /proc/meminfo's ``MemTotal:   N kB`` (kB meaning KiB)."""
+    for line in lines:
+        cells = line.split()
+        if len(cells) == 3 and cells[0] == "MemTotal:" and cells[1].isdigit() and cells[2] == "kB":
+            return int(cells[1]) * 1024
+    return None
+
+
 def parse_owners(text: str) -> tuple[ProcessOwner, ...]:
     sections: dict[str, list[str]] = {"ps": []}
     current = "ps"
@@ -276,6 +286,7 @@ def _with_evidence(
     facts = proc_facts(sections.get("proc", []))
     ports = listening_ports(sections.get("listening", []))
     clients = mps_clients(sections.get("mps", []))
+    total = mem_total(sections.get("memory", []))
     out: list[ProcessOwner] = []
     for record in records:
         pid = record.pid
@@ -283,6 +294,8 @@ def _with_evidence(
             out.append(record)
             continue
         more: dict[str, object] = dict(facts.get(pid, {}))
+        if total is not None:
+            more["host_memory_bytes"] = total
         if pid in ports:
             more["listening"] = ",".join(str(p) for p in ports[pid])
         if pid in clients:

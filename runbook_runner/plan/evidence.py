@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from runbook_runner.errors import ParseError
+from runbook_runner.observe.sglang import parse_launch
 from runbook_runner.observe.state import ProcessOwner
 
 # NVIDIA's GPU services keep /dev/nvidia* open on every node. NVIDIA's reset documentation
@@ -194,4 +196,29 @@ def mps_client(facts: ProcessOwner) -> str:
         f"; a client of MPS server PID {facts.mps_server} (nvidia-cuda-mps-control "
         "get_client_list): ended by the control daemon's terminate_client, never "
         "by a signal first"
+    )
+
+
+def doomed(command: str, host_memory_bytes: int | None) -> str:
+    """Why a launch cannot start on this host, on its own sizing (the preflight's
+    arithmetic, observe/sizing.py): SGLang pins ``--hicache-size`` GB per rank on the
+    host, so ranks x size over the host's whole memory never loads (the seed: 8 x 300 GB
+    of a 449 GiB host). '' when it may fit, or when the launch or the host's memory is not
+    known: the clock then decides, as for any launcher."""
+    if host_memory_bytes is None or not command:
+        return ""
+    try:
+        launch = parse_launch(command)
+    except ParseError:
+        return ""
+    ranks, size = launch.ranks_per_host, launch.hicache_size_gb
+    if not launch.hicache_enabled or not ranks or not size:
+        return ""
+    asked = ranks * size * 10**9
+    if asked <= host_memory_bytes:
+        return ""
+    return (
+        f"doomed: its launch pins {ranks} ranks x --hicache-size {size} GB = {ranks * size:,} "
+        f"GB of host memory, and the host has {host_memory_bytes / 2**30:,.0f} GiB in all "
+        "(--hicache-size is per rank: runbook check sglang-hicache-preflight)"
     )

@@ -38,6 +38,7 @@ from runbook_runner.plan.evidence import (
     INFRASTRUCTURE_UNITS,
     another_owner,
     describe_owner,
+    doomed,
     infrastructure,
     mps_client,
     ray,
@@ -366,7 +367,8 @@ def _starting(
     """A live launcher whose port is closed: starting, or broken on evidence.
 
     Starting is not for ever: past the startup grace its closed port is broken; sooner,
-    a launcher whose workers are all gone (older than the seconds a kind takes to start
+    a launch whose own sizing cannot fit the host is doomed (evidence.doomed), and a
+    launcher whose workers are all gone (older than the seconds a kind takes to start
     them) is loading nothing: broken too. Otherwise it is left to load.
     """
     age = root.age_s
@@ -387,6 +389,9 @@ def _starting(
             str(Health.FAILING),
             port,
         )
+    doom = doomed(root.command or "", root.host_memory_bytes)
+    if doom:
+        return Disposition.ACT, f"broken: {probe.detail}, {doom}", str(Health.FAILING), port
     if not workers and age >= WORKERS_START_S:
         return (
             Disposition.ACT,

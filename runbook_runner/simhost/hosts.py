@@ -22,6 +22,7 @@ LAUNCH = (
     "python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --trust-remote-code "
     "--tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300"
 )
+RELAUNCH = LAUNCH.replace("--hicache-size 300", "--hicache-size 40")  # fits: 8 x 40 GB
 VLLM = "python3 -m vllm.entrypoints.openai.api_server --model /shared/qwen3-235b --tensor-parallel-size 8"
 START = 1_000.0  # the drill's clock starts here (simulated.SimClock)
 
@@ -106,8 +107,11 @@ def _unit_spec(
     host_bytes: int = 38 * GIB,
     rank_teardown_s: float = 10.0,
 ) -> list[dict[str, Any]]:
-    """What a server unit starts: the launcher (serving /health) and one scheduler per GPU."""
-    launch = LAUNCH if len(gpus) == 8 else LAUNCH.replace("--tp-size 8", f"--tp-size {len(gpus)}")
+    """What a server unit starts: the launcher (serving /health) and one scheduler per GPU.
+    Its launch line is the relaunch after the postmortem (--hicache-size 40 GB per rank:
+    8 x 40 = 320 GB of 449 GiB), one that fits: a unit restarted with the seed's line is
+    doomed (plan/evidence.py), as it was on the night."""
+    launch = RELAUNCH.replace("--tp-size 8", f"--tp-size {len(gpus)}")
     spec: list[dict[str, Any]] = [
         {
             "cmdline": launch + (f" --port {port}" if port else ""),
@@ -890,4 +894,18 @@ def gpu_service_impostor() -> SimHost:
             exe="/home/mallory/bin/nvidia-persistenced",
         )
     )
+    return host
+
+
+def seed_launcher_doomed() -> SimHost:
+    """The seed as the issue found it: SGLang's launcher alive for 50 s with its port
+    closed, its launch line the seed's (--tp-size 8 --hicache-size 300 on a 449 GiB host),
+    its eight schedulers orphaned (parent PID 1) from an earlier incarnation, and GPUs 0
+    and 2 keeping their memory once those are gone."""
+    host = oom_crash()
+    host.gpu(0).orphaned_mib = host.gpu(2).orphaned_mib = 0
+    host.processes = [
+        SimProcess(pid=4101, cmdline=LAUNCH, gpu_mib={"0": 0}, teardown_s=1.0, born=START - 50.0),
+        *_server(orphaned=(0, 2), launcher=False),
+    ]
     return host

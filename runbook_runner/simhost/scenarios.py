@@ -59,6 +59,7 @@ from runbook_runner.simhost.hosts import (
     ray_cluster_beside,
     row_remap_failed,
     seed_launcher_alive,
+    seed_launcher_doomed,
     shared_kv_cache_server,
     slow_teardown,
     stuck_d_state,
@@ -879,6 +880,22 @@ MATRIX += (
         lesson="GPU infrastructure is known by its unit or its installed program, never by a name",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         left_alone=(7101,),
+    ),
+    Scenario(
+        "seed-launcher-doomed",
+        "the seed's launcher alive 50 s with its port closed and its schedulers orphaned: its "
+        "own launch line cannot fit the host, so it is doomed, not starting",
+        seed_launcher_doomed,
+        wrong="SGLang's launcher (up 50 s, --tp-size 8 --hicache-size 300 on a 449 GiB host) "
+        "holds /dev/nvidia0 with port 30000 closed; its eight schedulers are orphans of an "
+        "earlier start; GPUs 0 and 2 keep their memory once those are gone",
+        expert="a launch that pins 8 x 300 GB of a 449 GiB host never loads: end it with its "
+        "orphaned schedulers, then reset GPUs 0 and 2",
+        actions=(*_pids(4101), *_pids(*RANKS), "reset GPU 0", "reset GPU 2"),
+        ideal_s=60,
+        lesson="starting is judged on evidence: a launch that cannot fit the host is doomed",
+        page="pitfalls/ours-and-broken.md#broken-before-destructive",
+        thread="https://github.com/sgl-project/sglang/issues/38156",
     ),
 )
 
