@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
     SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is still held
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
+    NO_SANDBOX = 11  # compare, test, drill, sim: no namespaces here for the practice host
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
 
@@ -33,12 +34,14 @@ EXPLANATIONS = {
     ExitCode.TIMED_OUT: "a command or wait ran out of time and the run stopped there",
     ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is still held (the verdict names it, its holder and why it was left)",
     ExitCode.NOT_APPROVED: "run --plan: the run would send a command the approved plan does not have; not sent",
+    ExitCode.NO_SANDBOX: "compare, test, drill, sim: no sandbox for the practice host here; nothing was run",
     ExitCode.INTERNAL: "internal error: a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 for SIGHUP, 143 for SIGTERM; the command running on the host is ended",
 }
 
 
 SHORT = {  # the last two share a line of --help (it fits a screen)
+    ExitCode.NO_SANDBOX: "compare, test, drill, sim: no sandbox for the practice host here; nothing was run",
     ExitCode.INTERNAL: "internal error (a bug; RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 SIGHUP, 143 SIGTERM",
 }
