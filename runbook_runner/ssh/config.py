@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbook_runner import localfile
 from runbook_runner.errors import SshSetupError
 from runbook_runner.ssh.fallback import fallback_options
 from runbook_runner.ssh.openssh import parse_ssh_g, run_ssh_g, ssh_program
@@ -59,6 +60,12 @@ def resolve_target(
     if ssh_config is not None and (not ssh_config.exists() or ssh_config.is_dir()):
         what = "a folder" if ssh_config.is_dir() else "no such file"
         raise SshSetupError(f"{ssh_config}: {what}", "give an existing file to --ssh-config")
+    # ssh, ssh-keygen and paramiko open these: a FIFO would keep them waiting
+    for given in (ssh_config, known_hosts):
+        if given is not None:
+            localfile.require_regular(given, null_ok=True)
+    for identity in identity_files or ():
+        localfile.require_regular(Path(identity).expanduser())
     for option in options:
         option_pair(option)
     if jump is not None:
