@@ -97,6 +97,21 @@ def _check_host_word(host: str) -> None:
         raise SshSetupError(f"{host!r}: not a host name", "give a host name, address or Host alias")
 
 
+def _check_dns_name(target: SshTarget) -> None:
+    """A name this process resolves must be one DNS can carry: labels of 1 to 63 characters
+    (Python's resolver raises UnicodeError, "label empty or too long", for any other)."""
+    if target.proxy_command:
+        return  # the ProxyCommand is given the name, whatever it is
+    try:
+        target.hostname.encode("idna")
+    except UnicodeError:
+        raise SshSetupError(
+            f"{target.hostname!r}: not a host name (a label between dots is empty or longer "
+            "than 63 characters)",
+            "give a host name, address or Host alias",
+        ) from None
+
+
 def _resolve(
     settings: _Settings,
     host: str,
@@ -137,6 +152,7 @@ def _resolve(
         connect_timeout=settings.connect_timeout,
         ssh_config=settings.ssh_config,
     )
+    _check_dns_name(target)
     jump = first(options, "proxyjump")
     if jump is None or jump == "none":
         return target
