@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.safetext import json_escaped
 from runbook_runner.status import ConfirmAnswer, RunOutcome
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Journal:
         work (an fsync is 1-10 ms a line)."""
         event = line.event
         record = {"t": utc(self.clock() if self.clock else None), "event": event, **line.fields}
-        text = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+        text = json_escaped(json.dumps(record, default=str, ensure_ascii=False)) + "\n"
         try:
             self._file.write(text.encode("utf-8", "replace"))
             self._file.flush()
