@@ -30,6 +30,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.JOURNAL,
     ExitCode.DECLINED,
     ExitCode.NOT_APPROVED,  # run --plan (one host only): a command the plan does not have
+    ExitCode.NO_SANDBOX,  # compare, test, drill, sim: never a fleet's, listed for completeness
     ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
 )

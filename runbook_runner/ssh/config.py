@@ -60,12 +60,14 @@ def resolve_target(
     if ssh_config is not None and (not ssh_config.exists() or ssh_config.is_dir()):
         what = "a folder" if ssh_config.is_dir() else "no such file"
         raise SshSetupError(f"{ssh_config}: {what}", "give an existing file to --ssh-config")
-    # ssh, ssh-keygen and paramiko open these: a FIFO would keep them waiting
+    # ssh, ssh-keygen and paramiko open these: a FIFO would keep them waiting (a folder
+    # given to -i is named by ssh/keyfiles.py, with the other key-file problems)
     for given in (ssh_config, known_hosts):
         if given is not None:
             localfile.require_regular(given, null_ok=True)
     for identity in identity_files or ():
-        localfile.require_regular(Path(identity).expanduser())
+        if not Path(identity).expanduser().is_dir():
+            localfile.require_regular(Path(identity).expanduser())
     for option in options:
         option_pair(option)
     if jump is not None:
