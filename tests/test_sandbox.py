@@ -171,3 +171,23 @@ def test_a_host_folder_whose_path_has_spaces_is_sandboxed(tmp_path: Path):
     assert b"Read-only file system" in done.stderr
     assert (folder / "home" / "note").read_text() == "kept\n"
     assert not (folder / "note").exists()
+
+
+def test_a_link_the_host_puts_in_its_shm_is_not_followed_from_outside(tmp_path: Path):
+    """shm/ is the sandbox's to write, and the stand-in server (outside) keeps its segment
+    files: a link put in place of one, to a file of this machine, is left alone."""
+    from runbook_runner.simhost.scenarios import SCENARIOS
+    from runbook_runner.simhost.sshserver import DrillHost
+
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    host = DrillHost(SCENARIOS["leaked-shm"].build(), save_state=False)
+    try:
+        segment = host.host.shm[0]
+        shm = shlex.quote(f"/dev/shm/{segment.name}")
+        done = host.run_local(f"/bin/rm {shm} && ln -s {shlex.quote(str(victim))} {shm}")
+        assert done.returncode == 0, done.stderr
+        assert host.run_local("nvidia-smi -L | wc -l").stdout == b"8\n"  # the server syncs shm/
+    finally:
+        host.stop()
+    assert victim.read_text() == "mine\n"

@@ -31,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -309,8 +310,15 @@ def sync_shm(shell: HostShell, host: SimHost) -> None:
         path = shell.shm_dir / segment.name
         if "/" in segment.name or segment.name in {"", ".", ".."}:
             continue  # never a path outside the folder
-        with path.open("ab") as handle:
-            handle.truncate(segment.size_bytes)
-        stamp = EPOCH + segment.mtime
-        os.utime(path, (stamp, stamp))
+        try:  # shm/ is the sandbox's to write: a link or a FIFO put there is not followed
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, segment.size_bytes)
+                stamp = EPOCH + segment.mtime
+                os.utime(fd, (stamp, stamp))
+        finally:
+            os.close(fd)
     known.write_text(json.dumps(sorted(now)))
