@@ -15,9 +15,10 @@ class ExitCode(IntEnum):
     CANNOT_TELL = 6  # an observation a step or check depends on could not be made
     JOURNAL = 7  # the run journal cannot be written or read, or the run cannot be resumed
     TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
-    SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is still held
+    SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is not free nor serving
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
-    NO_SANDBOX = 11  # compare, test, drill, sim: no namespaces here for the practice host
+    BREAKER = 11  # run on many hosts: --max-fail hosts failed; the rollout stopped there
+    NO_SANDBOX = 12  # compare, test, drill, sim: no namespaces here for the practice host
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
 
@@ -32,8 +33,9 @@ EXPLANATIONS = {
     ExitCode.CANNOT_TELL: "cannot tell: what a step depends on could not be observed; nothing was done on it",
     ExitCode.JOURNAL: "the run journal cannot be written or read, or the run cannot be resumed",
     ExitCode.TIMED_OUT: "a command or wait ran out of time and the run stopped there",
-    ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is still held (the verdict names it, its holder and why it was left)",
+    ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is neither free nor serving (the verdict's ledger names it, its holder and why)",
     ExitCode.NOT_APPROVED: "run --plan: the run would send a command the approved plan does not have; not sent",
+    ExitCode.BREAKER: "run on many hosts: --max-fail hosts failed, the breaker tripped; no further host started",
     ExitCode.NO_SANDBOX: "compare, test, drill, sim: no sandbox for the practice host here; nothing was run",
     ExitCode.INTERNAL: "internal error: a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 for SIGHUP, 143 for SIGTERM; the command running on the host is ended",
