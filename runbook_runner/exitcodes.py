@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is not free nor serving
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
     BREAKER = 11  # run on many hosts: --max-fail hosts failed; the rollout stopped there
+    NO_SANDBOX = 12  # compare, test, drill, sim: no namespaces here for the practice host
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
 
@@ -35,12 +36,14 @@ EXPLANATIONS = {
     ExitCode.SUBJECT_HELD: "the goal's checks hold, but a GPU of the subject is neither free nor serving (the verdict's ledger names it, its holder and why)",
     ExitCode.NOT_APPROVED: "run --plan: the run would send a command the approved plan does not have; not sent",
     ExitCode.BREAKER: "run on many hosts: --max-fail hosts failed, the breaker tripped; no further host started",
+    ExitCode.NO_SANDBOX: "compare, test, drill, sim: no sandbox for the practice host here; nothing was run",
     ExitCode.INTERNAL: "internal error: a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 for SIGHUP, 143 for SIGTERM; the command running on the host is ended",
 }
 
 
 SHORT = {  # the last two share a line of --help (it fits a screen)
+    ExitCode.NO_SANDBOX: "compare, test, drill, sim: no sandbox for the practice host here; nothing was run",
     ExitCode.INTERNAL: "internal error (a bug; RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); 129 SIGHUP, 143 SIGTERM",
 }

@@ -1,9 +1,10 @@
 """Reading a file named on the command line or in a configuration, with a size bound.
 
 ``runbook validate /dev/zero`` (or ``--resume`` of a 40 GB file) must not read until the
-memory is gone: every such read takes at most its limit, and more is an error that names
-the file, as an :class:`OSError` (EFBIG) so that callers already reporting a file they cannot
-read report this one the same way.
+memory is gone, nor wait for ever on a FIFO nobody writes: every such read is of a regular
+file and takes at most its limit. Anything else is an error that names the file, as an
+:class:`OSError` (EFBIG, EINVAL) so that callers already reporting a file they cannot read
+report this one the same way.
 """
 
 from __future__ import annotations
@@ -32,15 +33,6 @@ class TooLarge(OSError):
         )
 
 
-def read_bytes(path: Path, limit: int) -> bytes:
-    """The file's bytes; :class:`TooLarge` past ``limit`` (whatever the file claims to be)."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise TooLarge(path, limit)
-    return data
-
-
 class NotRegular(OSError):
     """Not a regular file (a FIFO, a device, a directory, a socket): not read."""
 
@@ -57,7 +49,26 @@ _KINDS = (
 )
 
 
-def read_regular(path: Path, limit: int) -> bytes:
+def kind(mode: int) -> str:
+    """What a file of this mode is, in words ("a FIFO (named pipe)")."""
+    return next((said for test, said in _KINDS if test(mode)), "not a file")
+
+
+def require_regular(path: Path, *, null_ok: bool = False) -> None:
+    """Refuse (:class:`NotRegular`) a path that is there and is not a regular file (``null_ok``:
+    but /dev/null, "nothing", as for ``ssh -F``), judged without opening it: an open of a FIFO
+    waits for its other end. For a file another program opens (ssh, ssh-keygen) or one
+    opened to be written; a missing one is for the caller to report."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode) or (null_ok and os.path.samefile(path, os.devnull)):
+        return
+    raise NotRegular(path, kind(mode))
+
+
+def read_bytes(path: Path, limit: int) -> bytes:
     """A regular file's bytes, at most ``limit``: a FIFO nobody writes, a device
     (``/dev/zero``) or a directory is refused (:class:`NotRegular`) without waiting or
     reading; :class:`TooLarge` past ``limit``. The file is opened once and judged by
@@ -66,8 +77,7 @@ def read_regular(path: Path, limit: int) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = next((said for test, said in _KINDS if test(mode)), "not a file")
-            raise NotRegular(path, kind)
+            raise NotRegular(path, kind(mode))
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)

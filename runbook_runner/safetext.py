@@ -6,7 +6,7 @@ screen, or a ``\\r`` that overwrites a line. :func:`visible` shows each control
 character as an escape (``\\x1b``, ``\\r``) instead; every path that puts text on the
 terminal goes through it (cli/console.py's ``Output``, cli/__init__.py's errors). :func:`markdown_cell`
 does the same for a cell of a Markdown table, and escapes what Markdown or HTML would
-read as markup.
+read as markup. :func:`json_escaped` does it for a line of JSON (the run journal).
 """
 
 from __future__ import annotations
@@ -58,6 +58,19 @@ def visible(text: str, *, lines: bool = True, tabs: bool = True) -> str:
     else:
         pattern = _CONTROL
     return pattern.sub(_shown, text)
+
+
+def json_escaped(text: str) -> str:
+    """JSON text (``json.dumps`` with ``ensure_ascii=False``) with DEL, the C1 controls and
+    the format characters :func:`visible` escapes written as ``\\uXXXX``: the same JSON once
+    parsed, and a file safe to ``cat`` (no U+202E reordering it, no U+009B, a C1 CSI,
+    moving the cursor)."""
+    return _JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+# What json.dumps leaves raw of _CONTROL: DEL, C1, the format characters. (C0 it escapes; a
+# lone surrogate, a byte that was not UTF-8, is left to the writer's "replace".)
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 
 
 # Our own colours (render.Style) travel inside a line as tokens no host can write: private-use

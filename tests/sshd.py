@@ -364,9 +364,9 @@ def only_simulated_hosts_start(monkeypatch) -> None:
     simulated hosts' own shells (their stand-ins first on PATH, their socket in the env)."""
     import os as os_module
 
-    from runbook_runner.simhost import hostshell
+    from runbook_runner.simhost import hostshell, sandbox
 
-    hostshell.isolation()  # probed (and the stand-in client built) before the guard
+    sandbox.available()  # probed (and the stand-in client built) before the guard
     hostshell.client_command()
     real_popen = subprocess.Popen
 

@@ -105,6 +105,7 @@ EDITED = {
     "A `{{ placeholder }}` in a command": "issue 37: a value enters a command as a list word",
     "**Placeholders by construction.**": "issue 37: the allow-list went with the string form",
     "`--json` prints one document with a record per host": "issue 47: --serial/--max-fail N|P%",
+    "It serves simulated 8-GPU hosts on 127.0.0.1": "issue 48: the practice host's sandbox",
 }
 
 

@@ -234,15 +234,15 @@ def test_nothing_outside_the_simulation_is_signalled_or_removed(host, tmp_path: 
     finally:
         bystander.kill()
         bystander.wait()
-    if hostshell.isolation():  # /dev/shm is the host's own: the machine's stays as it was
-        mine = Path("/dev/shm") / f"rbr-conformance-{os.getpid()}"
-        mine.write_text("mine")
-        try:
-            done = simulated.run_local(f"rm -f -- {shlex.quote(str(mine))}; ls /dev/shm")
-            assert mine.read_text() == "mine"
-            assert mine.name.encode() not in done.stdout
-        finally:
-            mine.unlink()
+    # /dev/shm is the host's own: the machine's stays as it was
+    mine = Path("/dev/shm") / f"rbr-conformance-{os.getpid()}"
+    mine.write_text("mine")
+    try:
+        done = simulated.run_local(f"rm -f -- {shlex.quote(str(mine))}; ls /dev/shm")
+        assert mine.read_text() == "mine"
+        assert mine.name.encode() not in done.stdout
+    finally:
+        mine.unlink()
 
 
 def test_the_python_stand_in_client_answers_as_the_c_one(host):

@@ -16,8 +16,10 @@ import argparse
 import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError, UsageError
 
 if TYPE_CHECKING:
@@ -60,8 +62,7 @@ def refuse_inventory_as_identity(target: Target, prog: str) -> None:
     """``-i FILE`` where FILE is an inventory: say which option takes it (exit 2)."""
     for path in target.identity or ():
         try:
-            with open(os.path.expanduser(path), "rb") as handle:
-                head = handle.read(65536)
+            head = localfile.read_bytes(Path(path).expanduser(), localfile.CONFIG_LIMIT)
         except OSError:
             continue  # the SSH layer says what is wrong with a key file it cannot read
         if looks_like_inventory(head):

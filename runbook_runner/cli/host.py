@@ -181,6 +181,8 @@ def cmd_run(args: argparse.Namespace, request: Request) -> int:
     approved = None
     try:
         runbook, params = load_with_params(request)
+        if request.journal is not None:
+            journal_module.check_target(request.journal)
         if request.approval.plan:
             approved, params, request = _approved_plan(request, runbook, params)
         resume = _resume_point(request, runbook) if request.resume else None
@@ -226,7 +228,7 @@ def _plan_of_resumed(
         return None
     file = str(mark.get("file"))
     try:
-        text = localfile.read_regular(Path(file), localfile.PLAN_LIMIT)
+        text = localfile.read_bytes(Path(file), localfile.PLAN_LIMIT)
     except OSError as error:
         raise journal_module.JournalError(
             f"run {path.stem} applied the plan {file}, which cannot be read now "

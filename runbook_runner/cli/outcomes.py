@@ -80,6 +80,7 @@ def failure(error: BaseException) -> Failure | None:
     from runbook_runner.format.parameters import ParameterError
     from runbook_runner.plan.saved import NotApproved, PlanInvalid
     from runbook_runner.runbook import RunbookInvalid
+    from runbook_runner.simhost.sandbox import NoSandbox
     from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
 
     def one(code: ExitCode, line: str) -> Failure:
@@ -108,6 +109,8 @@ def failure(error: BaseException) -> Failure | None:
         return one(ExitCode.DECLINED, f"stopped: {error}")
     if isinstance(error, PlanInvalid):
         return one(ExitCode.BAD_INPUT, str(error))
+    if isinstance(error, NoSandbox):
+        return one(ExitCode.NO_SANDBOX, str(error))
     if isinstance(error, NotApproved):
         return one(ExitCode.NOT_APPROVED, f"stopped before sending: {error}")
     if isinstance(error, UnknownRunbook | ParameterError | StateFileInvalid):

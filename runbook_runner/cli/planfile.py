@@ -33,7 +33,7 @@ def read(request: Request) -> Request:
     line does), the approver, the approval said in words, and the host pin."""
     where = str(request.approval.plan)
     try:
-        data = localfile.read_regular(Path(where), localfile.PLAN_LIMIT)
+        data = localfile.read_bytes(Path(where), localfile.PLAN_LIMIT)
     except OSError as error:
         raise UsageError(f"--plan {where}: {error.strerror or error}", "runbook run") from None
     approved = saved_plan.load(data, where)
@@ -101,7 +101,7 @@ def sign(path: str, key: str) -> Path:
 
     from runbook_runner.ssh import signatures
 
-    data = localfile.read_regular(Path(path), localfile.PLAN_LIMIT)
+    data = localfile.read_bytes(Path(path), localfile.PLAN_LIMIT)
     armored = signatures.sign(data, key)
     target = signatures.signature_path(path)
     handle, temporary = tempfile.mkstemp(prefix=".plan-sig-", dir=target.parent)

@@ -175,14 +175,6 @@ def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, fold
         out.line(f"  runbook run gpu-oom-recovery --ssh-config {cfg} --hosts '{nodeset}' --yes")
     out.line(f"  ssh -F {cfg} {names[0]} nvidia-smi")
     out.line("")
-    from runbook_runner.simhost import hostshell
-
-    if not hostshell.isolation():
-        out.line(
-            "Note: this machine allows no user or mount namespaces (unshare), so the hosts' "
-            "/dev/shm is this machine's (their segments are not seen) and a command that is "
-            "not a stand-in runs unconfined."
-        )
     out.line(
         "Simulated time follows the clock and jumps ahead when the host sleeps. "
         "Serving until Ctrl-C."

@@ -31,6 +31,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.DECLINED,
     ExitCode.NOT_APPROVED,  # run --plan (one host only): a command the plan does not have
     ExitCode.BREAKER,  # a rollout's breaker tripped: hosts were left not started
+    ExitCode.NO_SANDBOX,  # compare, test, drill, sim: never a fleet's, listed for completeness
     ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
 )

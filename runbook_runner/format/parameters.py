@@ -34,6 +34,14 @@ def _convert(parameter: Parameter, text: str) -> Any:
     return text
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _as_spec(parameter: Parameter) -> dict[str, Any]:
     spec: dict[str, Any] = {"type": parameter.type}
     for key in ("min", "max", "pattern"):
@@ -54,6 +62,8 @@ def resolve_parameters(runbook: Runbook, assignments: list[str]) -> dict[str, An
         parameter = runbook.parameters.get(name)
         if not equals:
             problems.append(f"--set {assignment!r}: expected NAME=VALUE")
+        elif not _utf8(text):  # the OS gave bytes that are no UTF-8 (surrogate escapes)
+            problems.append(f"--set {name}: the value is not valid UTF-8; give it in UTF-8")
         elif parameter is None:
             known = list(runbook.parameters)
             close = difflib.get_close_matches(name, known, n=1)

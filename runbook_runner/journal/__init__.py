@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.safetext import json_escaped
 from runbook_runner.status import ConfirmAnswer, RunOutcome
 
 if TYPE_CHECKING:
@@ -69,7 +71,17 @@ class Journal:
         self.clock = clock
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file: IO[bytes] = path.open("ab")
+            # O_NONBLOCK: a FIFO with no reader is an error, not a wait; then a regular file only
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+            try:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise localfile.NotRegular(path, localfile.kind(mode))
+                os.set_blocking(fd, True)
+            except OSError:
+                os.close(fd)
+                raise
+            self._file: IO[bytes] = os.fdopen(fd, "ab")
         except OSError as error:
             raise JournalWriteError(
                 f"cannot open the run journal {path}: {error.strerror or error}"
@@ -95,7 +107,7 @@ class Journal:
         work (an fsync is 1-10 ms a line)."""
         event = line.event
         record = {"t": utc(self.clock() if self.clock else None), "event": event, **line.fields}
-        text = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+        text = json_escaped(json.dumps(record, default=str, ensure_ascii=False)) + "\n"
         try:
             self._file.write(text.encode("utf-8", "replace"))
             self._file.flush()
@@ -117,6 +129,34 @@ class Journal:
             raise JournalWriteError(
                 f"cannot write the run journal {self.path}: {error.strerror or error}"
             ) from None
+
+
+def check_target(path: Path) -> None:
+    """Refuse a ``--journal FILE`` a new run must not append to: a symbolic link, what is not
+    a regular file (a FIFO would keep the run waiting), or a file that is not a run journal
+    (its first line no ``run-start``). No file there, or an empty one, is fine."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise JournalError(f"cannot open the run journal {path}: {error.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UnknownRun(f"{path}: a symbolic link: not written (give the file itself)")
+    localfile.require_regular(path)
+    if info.st_size == 0:
+        return
+    with open(path, "rb") as handle:
+        first = handle.read(_FIRST_LINE).split(b"\n", 1)[0]
+    try:
+        event = json.loads(first)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict) or event.get("event") != "run-start":
+        raise UnknownRun(f"{path}: not a run journal (its first line is no run-start): not written")
+
+
+_FIRST_LINE = 1024 * 1024  # a run-start line holds the runbook's parameters: far less
 
 
 @dataclass

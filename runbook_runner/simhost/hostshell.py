@@ -11,12 +11,12 @@ A simulated host is a folder::
     home/ tmp/  $HOME and $TMPDIR
     calls.log   every stand-in call, one JSON line each
     state.json  the model after the last call
+    sandbox.fstab, root/   what the host's commands see of this machine (sandbox.py)
 
-Each command runs as ``bash -c COMMAND`` (POSIX sh where there is no bash), unchanged.
-Where the kernel allows it (root, or unprivileged user namespaces), it runs in new user,
-mount, PID and network namespaces: ``shm/`` is bound over /dev/shm, the shell can signal
-no process of the machine, reach no network, and a reboot(2) or module load reaches
-nothing outside (the stand-ins' socket is a file, so it still answers).
+Each command runs as ``bash -c COMMAND`` (POSIX sh where there is no bash), unchanged, in
+the host's sandbox (sandbox.py): namespaces of its own, this machine's system read-only,
+nothing of the operator's, the host's shm/ as /dev/shm, and writable only its scratch.
+Where no sandbox can be had, no host is made (:class:`sandbox.NoSandbox`).
 ``kill`` is the stand-in, not the shell's builtin (``enable -n kill`` from $BASH_ENV),
 so that a signal reaches the simulated process table and nothing else.
 
@@ -31,12 +31,14 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbook_runner.simhost import sandbox
 from runbook_runner.simhost.model import CONTAINER_FILES, EPOCH, SHM_DIR, SimHost
 
 PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -107,20 +109,16 @@ class HostShell:
             "SHELL": "/bin/sh",
             "BASH_ENV": str(self.folder / "bashenv"),
             "RBR_SIM_SOCKET": str(self.socket),
-            "RBR_SIM_SHM": str(self.shm_dir),
             "RUNBOOK_LOCK_DIR": str(self.lock_dir),
         }
 
     def argv(self, command: str) -> list[str]:
-        """What runs ``command`` on the simulated host (a plain sh, as sshd would start it:
-        named ``bash`` in its messages, as a login shell is)."""
+        """What runs ``command`` on the simulated host, in its sandbox (a plain sh, as
+        sshd would start it: named ``bash`` in its messages, as a login shell is)."""
         shell = _shell()
         login = shlex.quote(shell)
         named = f"exec -a bash {login}" if shell.endswith("bash") else f"exec {login}"
-        if not isolation():
-            return [shell, "-c", f'{named} -c "$1"', "rbr-sim", command]
-        inner = f'mount --bind "$RBR_SIM_SHM" {SHM_DIR} || exit 126; {named} -c "$1"'
-        return [*_UNSHARE, shell, "-c", inner, "rbr-sim", command]
+        return sandbox.argv(self.folder, shell, f'{named} -c "$1"', command)
 
     def run_local(self, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         """Run one command as the host would, here, without SSH (for tests and ``sim``)."""
@@ -135,31 +133,9 @@ class HostShell:
         )
 
 
-_UNSHARE_BASE = ["--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
-_UNSHARE = ["unshare", "--user", "--map-root-user", *_UNSHARE_BASE, "--"]
-
-
 @functools.cache
 def _shell() -> str:
     return shutil.which("bash", path=PATH_TAIL) or "/bin/sh"
-
-
-@functools.cache
-def isolation() -> bool:
-    """Whether commands can run in their own namespaces here (/dev/shm bound, no signal
-    reaching out). Without them the shell still runs, and /dev/shm looks empty."""
-    if shutil.which("unshare", path=PATH_TAIL) is None:
-        return False
-    try:
-        probe = subprocess.run(
-            [*_UNSHARE, "/bin/sh", "-c", f"mount --bind /proc {SHM_DIR} && echo ok"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0 and probe.stdout == b"ok\n"
 
 
 def _compiled_client() -> Path | None:
@@ -261,8 +237,11 @@ def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
 
 
 def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostShell:
-    """Make the host's folder: stand-ins, /dev/shm, the lock folder, home and tmp. Hosts
-    whose stand-ins are the same share one bin/ (a fleet of thousands writes it once)."""
+    """Make the host's folder: stand-ins, /dev/shm, the lock folder, home, tmp and the
+    sandbox's table. Hosts whose stand-ins are the same share one bin/ (a fleet of
+    thousands writes it once). :class:`sandbox.NoSandbox` where no sandbox can be made."""
+    if not sandbox.available():
+        raise sandbox.NoSandbox()
     shell = HostShell(folder)
     for sub in ("shm", "lock", "home", "tmp"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -275,8 +254,18 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
         for name, text in scripts.items():
             _write_executable(folder / "bin" / name, text)
     (folder / "bashenv").write_text("enable -n kill 2>/dev/null\n")
+    sandbox.write_table(folder, _programs(python))
     sync_shm(shell, host)
     return shell
+
+
+def _programs(python: str) -> list[Path]:
+    """What the stand-ins run, beyond the system's: the user's cache (the shared bin/ and
+    the compiled client), or the Python client with its interpreter."""
+    shown = [_cache()] if _cache().is_dir() else []
+    if _compiled_client() is None:
+        shown += [CLIENT.parent, Path(python).parent, Path(sys.base_prefix)]
+    return shown
 
 
 def _shared_bin(scripts: dict[str, str]) -> Path | None:
@@ -322,8 +311,15 @@ def sync_shm(shell: HostShell, host: SimHost) -> None:
         path = shell.shm_dir / segment.name
         if "/" in segment.name or segment.name in {"", ".", ".."}:
             continue  # never a path outside the folder
-        with path.open("ab") as handle:
-            handle.truncate(segment.size_bytes)
-        stamp = EPOCH + segment.mtime
-        os.utime(path, (stamp, stamp))
+        try:  # shm/ is the sandbox's to write: a link or a FIFO put there is not followed
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, segment.size_bytes)
+                stamp = EPOCH + segment.mtime
+                os.utime(fd, (stamp, stamp))
+        finally:
+            os.close(fd)
     known.write_text(json.dumps(sorted(now)))

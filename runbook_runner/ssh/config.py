@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbook_runner import localfile
 from runbook_runner.errors import SshSetupError
 from runbook_runner.ssh.fallback import fallback_options
 from runbook_runner.ssh.openssh import parse_ssh_g, run_ssh_g, ssh_program
@@ -59,6 +60,14 @@ def resolve_target(
     if ssh_config is not None and (not ssh_config.exists() or ssh_config.is_dir()):
         what = "a folder" if ssh_config.is_dir() else "no such file"
         raise SshSetupError(f"{ssh_config}: {what}", "give an existing file to --ssh-config")
+    # ssh, ssh-keygen and paramiko open these: a FIFO would keep them waiting (a folder
+    # given to -i is named by ssh/keyfiles.py, with the other key-file problems)
+    for given in (ssh_config, known_hosts):
+        if given is not None:
+            localfile.require_regular(given, null_ok=True)
+    for identity in identity_files or ():
+        if not Path(identity).expanduser().is_dir():
+            localfile.require_regular(Path(identity).expanduser())
     for option in options:
         option_pair(option)
     if jump is not None:
@@ -88,6 +97,21 @@ class _Settings:
 def _check_host_word(host: str) -> None:
     if not host or host.startswith("-") or any(c.isspace() or ord(c) < 32 for c in host):
         raise SshSetupError(f"{host!r}: not a host name", "give a host name, address or Host alias")
+
+
+def _check_dns_name(target: SshTarget) -> None:
+    """A name this process resolves must be one DNS can carry: labels of 1 to 63 characters
+    (Python's resolver raises UnicodeError, "label empty or too long", for any other)."""
+    if target.proxy_command:
+        return  # the ProxyCommand is given the name, whatever it is
+    try:
+        target.hostname.encode("idna")
+    except UnicodeError:
+        raise SshSetupError(
+            f"{target.hostname!r}: not a host name (a label between dots is empty or longer "
+            "than 63 characters)",
+            "give a host name, address or Host alias",
+        ) from None
 
 
 def _resolve(
@@ -130,6 +154,7 @@ def _resolve(
         connect_timeout=settings.connect_timeout,
         ssh_config=settings.ssh_config,
     )
+    _check_dns_name(target)
     jump = first(options, "proxyjump")
     if jump is None or jump == "none":
         return target

@@ -95,8 +95,8 @@ def verify(data: bytes, signature: Path, allowed_signers: Path, principal: str |
     """Check ``signature`` over ``data`` with ``ssh-keygen -Y verify`` against
     ``allowed_signers``; the signer is ``principal`` (``--approved-by``), or the one the
     allowed_signers file names for the signing key (``ssh-keygen -Y find-principals``)."""
-    sig = localfile.read_regular(signature, SIGNATURE_LIMIT)
-    signers = localfile.read_regular(allowed_signers, localfile.CONFIG_LIMIT)
+    sig = localfile.read_bytes(signature, SIGNATURE_LIMIT)
+    signers = localfile.read_bytes(allowed_signers, localfile.CONFIG_LIMIT)
     program = _program()
     with tempfile.TemporaryDirectory(prefix="runbook-verify-") as folder:
         sig_copy, signers_copy = Path(folder) / "plan.sig", Path(folder) / "allowed_signers"
