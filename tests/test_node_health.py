@@ -161,3 +161,30 @@ def test_xids_since_boot_fail_the_health_goal_with_their_action():
 
 def test_node_health_is_read_only():
     assert not any(step.destructive for step in HEALTH.steps)
+
+
+def _fabric(manager: str, query: str) -> dict[str, object]:
+    from runbook_runner.observe.nvidia_fabric import parse_fabric
+
+    observed = f"@@ topo\n@@ fabric-manager\n{manager}\n@@ query\n{query}"
+    return {"gpu_fabric": parse_fabric(observed)}
+
+
+def test_fabric_manager_down_where_the_fabric_is_not_trained_fails_node_health():
+    """An NVSwitch node whose Fabric State is not Completed while Fabric Manager does not
+    run starts no CUDA program: gpu-node-health says so by name. The real H100 capture
+    (Fabric Completed) and an RTX 4090 node (Fabric N/A) pass with it stopped."""
+    check = HEALTH.checks["fabric-manager-running"]
+    params = {p: spec.default for p, spec in HEALTH.parameters.items()}
+    assert "fabric-manager-running" in HEALTH.goal
+    h100 = fixture_text("nvidia-smi/q-535.161.08-8x-h100.txt")
+    untrained = h100.replace("State                             : Completed", "State : In Progress")
+    assert untrained != h100
+    down = evaluate_check(check, HEALTH, _fabric("inactive", untrained), params)
+    assert not down.ok
+    assert not down.cannot_tell
+    assert len(down.failing) == 8
+    assert evaluate_check(check, HEALTH, _fabric("active", untrained), params).ok
+    assert evaluate_check(check, HEALTH, _fabric("inactive", h100), params).ok
+    rtx = fixture_text("nvidia-smi/q-535.154.05-8x-rtx4090-procs.txt")
+    assert evaluate_check(check, HEALTH, _fabric("inactive", rtx), params).ok

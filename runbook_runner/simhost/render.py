@@ -239,11 +239,15 @@ def query_detail(
                 ),
             ]
         if full:
-            registered = host.nvswitch_links and gpu.architecture in ("Hopper", "Blackwell")
+            # On an NVSwitch board of Hopper and later the fabric is trained by Fabric
+            # Manager: Completed while it runs, In Progress while it does not.
+            fabric = host.nvswitch_links and gpu.architecture in ("Hopper", "Blackwell")
+            manager = any(s.name == "nvidia-fabricmanager" and s.active for s in host.services)
+            state = ("Completed" if manager else "In Progress") if fabric else "N/A"
             parts += [
                 "    Fabric\n",
-                row(8, "State", "Completed" if registered else "N/A"),
-                row(8, "Status", "Success" if registered else "N/A"),
+                row(8, "State", state),
+                row(8, "Status", "Success" if state == "Completed" else "N/A"),
             ]
         if full or "PIDS" in sections:
             parts += (
