@@ -57,6 +57,9 @@ _PROCESS_OWNERS = (
     'echo "get_client_list $s" | timeout 10 nvidia-cuda-mps-control 2>/dev/null '
     '| sed "s/^/client $s /"; '
     "done; fi; "
+    "timeout 5 nvidia-smi -q -d PIDS 2>/dev/null "
+    '| awk \'$1 == "Process" && $2 == "ID" {p = $NF} '
+    '$1 == "Type" && $NF ~ /^M/ {print "listed " p}\'; '
     "echo '@@ memory'; "
     "cat /proc/meminfo 2>/dev/null | grep '^MemTotal:'; "
     "echo '@@ end'"

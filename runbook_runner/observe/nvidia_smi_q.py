@@ -149,6 +149,8 @@ class _Block:
             return
         if key == "Name":
             self.processes[-1]["process_name"] = value
+        elif key == "Type" and not value.startswith(("N/A", "[")):
+            self.processes[-1]["process_type"] = value.strip()
         elif key == "Used GPU Memory" and not value.startswith(("N/A", "[")):
             self.processes[-1]["used_memory_mib"] = integer(value, key)
 

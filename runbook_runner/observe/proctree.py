@@ -33,8 +33,9 @@ the root of the files bind-mounted on its
 ``/etc/hostname`` or ``/etc/hosts`` (``/proc/PID/mountinfo``: a container's, from its
 runtime's folder). ``@@ listening`` is ``ss -ltnp`` (which PID listens on which TCP port);
 ``@@ mps`` the MPS control daemon's servers and their clients (``server SPID``,
-``client SPID CPID``); ``@@ memory`` the host's ``MemTotal`` (what a launch's own sizing
-is held against: plan/ownership.py). Every one of them is data: a word, a number, never run.
+``client SPID CPID``), then nvidia-smi's own MPS clients (``listed PID``: Type M+C);
+``@@ memory`` the host's ``MemTotal`` (what a launch's own sizing is held against:
+plan/ownership.py). Every one of them is data: a word, a number, never run.
 
 One record per process and GPU it holds (``/dev/nvidiaN``); a process that holds only
 node-wide files (``/dev/nvidiactl``) has one record with ``node_wide``; one that holds none
@@ -191,13 +192,18 @@ def listening_ports(lines: list[str]) -> dict[int, list[int]]:
     return {pid: sorted(found) for pid, found in ports.items()}
 
 
-def mps_clients(lines: list[str]) -> dict[int, int]:
-    """The MPS control daemon's answer: each client PID and the server PID it is a client of."""
-    clients: dict[int, int] = {}
+def mps_clients(lines: list[str]) -> dict[int, int | None]:
+    """The MPS control daemon's answer: each client PID and the server PID it is a client
+    of; then each PID nvidia-smi lists as an MPS client (``-q -d PIDS``, Type ``M+C``:
+    ``listed PID``) that the daemon did not name gets None: a client whose server cannot
+    be asked (no daemon found, or it did not answer)."""
+    clients: dict[int, int | None] = {}
     for line in lines:
         cells = line.split()
         if len(cells) == 3 and cells[0] == "client" and cells[1].isdigit() and cells[2].isdigit():
             clients.setdefault(int(cells[2]), int(cells[1]))
+        elif len(cells) == 2 and cells[0] == "listed" and cells[1].isdigit():
+            clients.setdefault(int(cells[1]), None)
     return clients
 
 
@@ -299,7 +305,8 @@ def _with_evidence(
         if pid in ports:
             more["listening"] = ",".join(str(p) for p in ports[pid])
         if pid in clients:
-            more["mps_server"] = clients[pid]
+            server = clients[pid]
+            more["mps_server" if server is not None else "mps_unasked"] = server or True
         out.append(replace(record, **more) if more else record)  # type: ignore[arg-type]
     return out
 

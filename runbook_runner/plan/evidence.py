@@ -187,6 +187,20 @@ def visible_devices(record: ProcessOwner, minors: Iterable[int]) -> str:
     return note
 
 
+def mps_unasked(facts: ProcessOwner) -> str:
+    """Why a broken process of the subject that nvidia-smi lists as an MPS client (Type
+    M+C) cannot be acted on when no MPS control daemon could be asked: a client is ended
+    by the daemon's terminate_client, never by a signal first (a signal mid-work can leave
+    its MPS server and the other clients undefined: NVIDIA's MPS documentation); ''."""
+    if not facts.mps_unasked:
+        return ""
+    return (
+        "an MPS client (nvidia-smi -q -d PIDS: Type M+C) whose MPS control "
+        "daemon could not be asked (terminate_client; look: echo get_server_list | "
+        "nvidia-cuda-mps-control)"
+    )
+
+
 def mps_client(facts: ProcessOwner) -> str:
     """The note on a client of an MPS server (``nvidia-cuda-mps-control get_client_list``),
     or ''."""

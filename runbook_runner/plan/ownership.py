@@ -21,9 +21,9 @@ records, read from the host (``observe/proctree.py``):
 Each verdict carries its evidence. A subject's instance is *broken* on evidence only:
 its health endpoint fails or times out (probed on the port its own command line gives,
 else the kind's default), one of its processes is in D or Z state, or its launcher is
-gone. A healthy instance is left alone; one whose health cannot be told is not acted on.
-
-plan/permission.py turns these verdicts into what a destructive step may touch.
+gone. A healthy instance is left alone; one whose health cannot be told, or an MPS client
+whose daemon cannot be asked, is not acted on. plan/permission.py turns these verdicts
+into what a destructive step may touch.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from runbook_runner.plan.evidence import (
     doomed,
     infrastructure,
     mps_client,
+    mps_unasked,
     ray,
     told_otherwise,
     visible_devices,
@@ -312,7 +313,9 @@ def classify(
     asked = {p.instance for p in probes(subject, records)}
     verdicts: dict[int, tuple[Disposition, str, str, int | None]] = {}
     for pid, process in table.items():
-        verdicts[pid] = _disposition(subject, table, process, health, asked, restarts or {})
+        verdict = _disposition(subject, table, process, health, asked, restarts or {})
+        unasked = mps_unasked(process.facts) if verdict[0] is Disposition.ACT else ""
+        verdicts[pid] = (Disposition.CANNOT_TELL, unasked, *verdict[2:]) if unasked else verdict
     held: dict[int, set[int]] = {}
     for record in records:
         if record.pid is not None and record.minor_number is not None:

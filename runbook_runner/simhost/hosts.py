@@ -909,3 +909,12 @@ def seed_launcher_doomed() -> SimHost:
         *_server(orphaned=(0, 2), launcher=False),
     ]
     return host
+
+
+def mps_daemon_unreachable() -> SimHost:
+    """The MPS host of mps_client_hung, but its control daemon runs in another PID
+    namespace (a container's): pgrep cannot find it, so terminate_client cannot be asked,
+    while nvidia-smi still lists the hung server's schedulers as MPS clients (Type M+C)."""
+    host = mps_client_hung()
+    host.processes = [p for p in host.processes if p.pid != 7800]  # not in this namespace
+    return host

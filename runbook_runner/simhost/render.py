@@ -268,7 +268,7 @@ def _processes_detail(host: SimHost, gpu: SimGpu, row: Callable[[int, str, str],
             row(8, "GPU instance ID", str(process.mig_gi) if mig else "N/A"),
             row(8, "Compute instance ID", str(process.mig_ci) if mig else "N/A"),
             row(8, "Process ID", str(process.pid)),
-            row(12, "Type", "C"),
+            row(12, "Type", "M+C" if process.mps_server else "C"),
             row(12, "Name", process.cmdline.split()[0] if process.cmdline else ""),
             row(12, "Used GPU Memory", f"{process.gpu_mib[str(gpu.index)]} MiB"),
         ]

@@ -46,6 +46,7 @@ from runbook_runner.simhost.hosts import (
     leaked_shm,
     mig_gpu1_in_use,
     mps_client_hung,
+    mps_daemon_unreachable,
     nccl_rank_died,
     nohup_job_beside_orphans,
     nvidia_smi_missing,
@@ -896,6 +897,25 @@ MATRIX += (
         lesson="starting is judged on evidence: a launch that cannot fit the host is doomed",
         page="pitfalls/ours-and-broken.md#broken-before-destructive",
         thread="https://github.com/sgl-project/sglang/issues/38156",
+    ),
+    Scenario(
+        "mps-daemon-unreachable",
+        "the hung server's schedulers are MPS clients (nvidia-smi: M+C) and the control daemon "
+        "cannot be found: they are never signalled; whether that is safe cannot be told",
+        mps_daemon_unreachable,
+        wrong="the MPS host of mps-client-hung, its control daemon in a container's PID "
+        "namespace (pgrep finds none); nvidia-smi -q -d PIDS lists the schedulers as M+C",
+        expert="leave the four MPS clients alone and say why: terminate_client cannot be asked "
+        "and a signal could leave the MPS server and the healthy server's clients undefined; "
+        "SIGTERM the launcher, which is no client; a person ends the clients through the daemon",
+        actions=("SIGTERM 4101",),
+        ideal_s=20,
+        lesson="an MPS client is ended only through its control daemon: no daemon, no signal",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        ends="stopped",
+        exit_code=1,
+        message="MPS control daemon could not be asked",
+        left_alone=(4201,),
     ),
 )
 

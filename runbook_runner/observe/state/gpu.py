@@ -105,6 +105,9 @@ class GpuProcess:
     gpu_bus_id: str | None = reported("gpu_bus_id")
     gpu_instance_id: int | None = reported("GPU instance ID")  # MIG: None on a whole GPU
     compute_instance_id: int | None = reported("compute instance ID")
+    # nvidia-smi -q -d PIDS, Type: C (compute), G (graphics), C+G, M+C (a client of an MPS
+    # server: its work runs in the server's context); None where not printed.
+    process_type: str | None = reported("type")
 
     def describe(self) -> str:
         return f"process {self.pid} ({self.process_name or '?'})"

@@ -63,6 +63,8 @@ class ProcessOwner:
     executable: str | None = reported("executable (/proc/PID/exe)")
     listening: str | None = reported("listening TCP ports")  # "8000,8001"
     mps_server: int | None = reported("MPS server")  # the MPS server PID it is a client of
+    # nvidia-smi lists it as an MPS client (M+C) and no control daemon could be asked
+    mps_unasked: bool | None = reported("an MPS client whose daemon cannot be asked")
     host_memory_bytes: int | None = reported("the host's MemTotal", "bytes")  # the same on all
     owner: str | None = reported("owner")
     evidence: str | None = reported("evidence")
