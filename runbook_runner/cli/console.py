@@ -344,8 +344,7 @@ def debrief(
     for record in report.steps:
         if record.status == StepStatus.SKIPPED:
             continue
-        note = f"  ({record.message})" if record.status in EXPLAINED else ""
-        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+        out.line(f"    {record.id:<24} {record.status}{_note(record)}"[:160])
     if report.ok:
         out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
     else:
@@ -370,8 +369,7 @@ def state_debrief(
     out.line(style("Debrief", "bold"))
     out.line("  Rungs:" if report.steps else "  Rungs: none ran")
     for record in report.steps:
-        note = f"  ({record.message})" if record.status in EXPLAINED else ""
-        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+        out.line(f"    {record.id:<24} {record.status}{_note(record)}"[:160])
     out.line("  What changed on the host:")
     for change in changes or ["nothing"]:
         out.line(f"    $ {change}")
@@ -386,3 +384,10 @@ def state_debrief(
         out.line("  Read next:")
         for page in report.runbook.docs:
             out.line(f"    docs/{page}")
+
+
+def _note(record: Any) -> str:
+    """A debrief's why of a rung, without the status it repeats ("blocked (blocked: ...)")."""
+    if record.status not in EXPLAINED:
+        return ""
+    return f"  ({record.message.removeprefix(f'{record.status}: ')})"

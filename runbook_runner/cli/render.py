@@ -300,9 +300,14 @@ def owner_lines(runbook: Runbook, state: Mapping[str, Any]) -> list[str]:
         where = f" on /dev/nvidia{','.join(map(str, gpus))}" if gpus else ""
         verdict = _VERDICT.get(row.disposition or "", row.disposition or "?")
         command = visible((row.command or "?")[:60], lines=False, tabs=False)
+        why = (
+            row.reason
+            if row.evidence in (None, "", row.reason)
+            else f"{row.reason}; {row.evidence}"
+        )
         lines.append(
             f"  PID {pid} {command}{where}: {row.owner}, {verdict}: "
-            + visible(f"{row.reason}; {row.evidence}", lines=False, tabs=False)
+            + visible(why, lines=False, tabs=False)
         )
     return lines
 
@@ -355,6 +360,8 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
         label, colour = "waited", "cyan"  # it showed that waiting cannot help: not a failure
     head = f"  [{number}/{total}] {record.id:<28} {style(f'{label:<9}', colour)} {record.duration_s:6.1f}s"
     what = record.message
+    if record.status == StepStatus.BLOCKED:  # the status says it: not "BLOCKED blocked: ..."
+        what = what.removeprefix("blocked: ")
     if record.targets and record.status == StepStatus.OK and record.commands:
         what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
     if len(what) > LINE:
