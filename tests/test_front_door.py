@@ -10,6 +10,7 @@ import sys
 
 import paramiko
 import pytest
+from test_habits import bash_complete
 from test_practice_host import Sim
 
 from conftest import REPO
@@ -113,3 +114,32 @@ def test_run_plan_goes_to_the_plans_host_and_takes_its_key_but_not_another(
         assert not (home / ".ssh" / "known_hosts").exists()  # accepted, not recorded
     finally:
         sim.stop()
+
+
+@pytest.mark.parametrize("command", ["sim", "test"])
+def test_the_state_option_points_to_a_page_that_lists_the_state_files_keys(command):
+    shown = subprocess.run(
+        [sys.executable, "-m", "runbook_runner", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    ).stdout
+    (said,) = [line for line in shown.splitlines() if line.strip().startswith("--state")]
+    (page,) = re.findall(r"docs/\S+\.md", said)
+    assert "README" not in said
+    assert "Every key is optional" in (REPO / page).read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [
+        ("runbook drill gpu-oom-recovery --scenario oom", ["oom-crash"]),
+        ("runbook sim --scenario stuck", ["stuck-d-state"]),
+        ("runbook test gpu-oom-recovery --scenario slow", ["slow-teardown"]),
+        ("runbook compare gpu-oom-recovery --scenario xid-", ["xid-79", "xid-95-gpu5"]),
+        ("runbook drill gpu-oom-recovery --scenario rand", ["random"]),
+    ],
+)
+def test_bash_completes_the_scenario_names(tmp_path, line, offered):
+    assert bash_complete(tmp_path, line) == offered
