@@ -364,12 +364,24 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
         what = what.removeprefix("blocked: ")
     if record.targets and record.status == StepStatus.OK and record.commands:
         what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
-    if len(what) > LINE:
-        what = what[: LINE - 1] + "…"
-    return f"{head}  {what}".rstrip() if what else head
+    return "\n".join(wrapped(f"{head}  {what}".rstrip(), " " * 8)) if what else head
 
 
-LINE = 150  # the most of a message a progress or verdict line shows (--json has it whole)
+LINE = 150  # the width a progress or verdict line wraps at
+MOST_LINES = 6  # a message longer than this many lines ends in "…" (--json has it whole)
+
+
+def wrapped(line: str, indent: str) -> list[str]:
+    """``line`` wrapped at ``LINE`` on spaces (the fact at the end is shown, not cut), the
+    lines after the first indented; past ``MOST_LINES`` it ends in "…"."""
+    if len(line) <= LINE:
+        return [line]
+    lines = textwrap.wrap(
+        line, LINE, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+    )
+    if len(lines) > MOST_LINES:
+        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: LINE - 1] + "…"]
+    return lines
 
 
 def folded_line(steps: Sequence[str]) -> str:
@@ -433,9 +445,6 @@ def check_summary(results: Sequence[CheckResult], runbook: Runbook, style: Style
 def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done") -> list[str]:
     """The verdict's lines, the last on the screen: done, left alone, still wrong, next."""
 
-    def cut(text: str) -> str:
-        return text if len(text) <= LINE else text[: LINE - 1] + "…"
-
     lines = []
     for label, items, empty in (
         (done, verdict.done, "nothing changed on the host"),
@@ -449,7 +458,7 @@ def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done")
             if not mark or not look.endswith(")"):
                 said, look = item, ""
             line = f"  {label}: {said}" if i == 0 else f"{pad}{said}"
-            lines.append(line if label == "next" else cut(line))  # a command is shown whole
+            lines += [line] if label == "next" else wrapped(line, pad + "  ")  # a command whole
             if look:  # the command a person runs to look at it, whole, on its own line
                 lines.append(f"{pad}  look: {look[:-1]}")
     return lines
