@@ -1,7 +1,8 @@
 """What a person reads is words, never Python: over every row of the scenario matrix, the
 plan (``drill --dry-run``) and the run (``drill --yes``) print no enum repr
 (``<Condition.OK: 'ok'>``), no status said twice ("BLOCKED  blocked: ...", "blocked
-(blocked: ...)"), no reason said twice in one line, and no table row named "row ..."."""
+(blocked: ...)"), no reason said twice in one line, no table row named "row ...", and no
+line cut short with "…" where a long one wraps."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def problems(text: str) -> list[str]:
     for line in text.splitlines():
         if REPR.search(line) or STATUS_TWICE.search(line) or " on row " in line:
             found.append(line)
+        if re.search(r"The kernel logged: Xid \d+ on [0-9a-f]{4}:", line):
+            found.append(f"a PCI address where the GPU index is known: {line!r}")
+        if line.endswith("…"):  # cut where the fact is ("GPU 3 (00…"): wrapped instead
+            found.append(f"cut: {line!r}")
         parts = line.split("; ")
         for before, part in itertools.pairwise(parts):
             if before.endswith(part):
@@ -62,4 +67,6 @@ def test_the_checks_find_what_they_look_for():
     reason = "cannot tell who holds: PID 7001 (python3 train.py): no unit in its cgroup"
     assert problems(f"stopping a reaches every GPU; {reason}; stopping b; {reason}")
     assert problems("PID 7001: unknown, cannot tell: no unit (/); no unit (/)")
+    assert problems("  done: reset-gpus: GPU 0 (00000000:18:00.0, /dev/nvidia0), GPU 3 (00…")
+    assert problems("  The kernel logged: Xid 79 on 0000:48:00: RESTART_BM (GPU has fallen off)")
     assert not problems("  ok   driver-loaded: condition 'ok', expected != 'driver-not-loaded'")

@@ -299,10 +299,14 @@ def debrief(
     out.line("")
     out.line(style(f"Debrief: {scenario.name}", "bold"))
     out.line(f"  What was wrong: {scenario.wrong}")
-    xids = report.before.state.get("xids") if report.before is not None else None
+    before = report.before.state if report.before is not None else {}
+    xids, gpus = before.get("xids"), before.get("gpus")
+    index = {g.pci: g.index for g in gpus if g.pci} if isinstance(gpus, tuple) else {}
     for event in xids if isinstance(xids, tuple) else ():
+        # The GPU's index first: every command takes -i N, not the PCI address.
+        where = f"GPU {index[event.pci]} ({event.pci})" if event.pci in index else event.pci
         out.line(
-            f"  The kernel logged: Xid {event.code} on {event.pci}: {event.action} "
+            f"  The kernel logged: Xid {event.code} on {where}: {event.action} "
             f"({event.meaning}); NVIDIA's Xid catalog: {XID_CATALOG}"
         )
     out.line("  What the run did:")

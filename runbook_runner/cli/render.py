@@ -364,23 +364,25 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
         what = what.removeprefix("blocked: ")
     if record.targets and record.status == StepStatus.OK and record.commands:
         what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
-    return "\n".join(wrapped(f"{head}  {what}".rstrip(), " " * 8)) if what else head
+    if not what:
+        return head
+    return "\n".join(wrapped(f"{head}  {what}", " " * 8, width=len(head) + 2 + LINE))
 
 
 LINE = 150  # the width a progress or verdict line wraps at
 MOST_LINES = 6  # a message longer than this many lines ends in "…" (--json has it whole)
 
 
-def wrapped(line: str, indent: str) -> list[str]:
-    """``line`` wrapped at ``LINE`` on spaces (the fact at the end is shown, not cut), the
+def wrapped(line: str, indent: str, width: int = LINE) -> list[str]:
+    """``line`` wrapped at ``width`` on spaces (the fact at the end is shown, not cut), the
     lines after the first indented; past ``MOST_LINES`` it ends in "…"."""
-    if len(line) <= LINE:
+    if len(line) <= width:
         return [line]
     lines = textwrap.wrap(
-        line, LINE, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+        line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
     )
     if len(lines) > MOST_LINES:
-        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: LINE - 1] + "…"]
+        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: width - 1] + "…"]
     return lines
 
 
