@@ -134,9 +134,9 @@ def permitted(
             blocked.append(verdict)
     if reaching:
         units = ", ".join(r.unit for r in reaching)
-        unknown = dict.fromkeys(u for r in reaching for u in r.unknown)
+        holders = dict.fromkeys(u for r in reaching for u in r.unknown)  # each said once
         blocked.append(
-            f"stopping {units} reaches every GPU; cannot tell who holds: " + "; ".join(unknown)
+            f"stopping {units} reaches every GPU; cannot tell who holds: " + "; ".join(holders)
         )
     return Permission(tuple(allowed), tuple(left), tuple(blocked), tuple(held))
 
