@@ -2,7 +2,8 @@
 plan (``drill --dry-run``) and the run (``drill --yes``) print no enum repr
 (``<Condition.OK: 'ok'>``), no status said twice ("BLOCKED  blocked: ...", "blocked
 (blocked: ...)"), no reason said twice in one line, no table row named "row ...", and no
-line cut short with "…" where a long one wraps."""
+line cut short with "…" where a long one wraps (past six lines, a message says where the
+rest is)."""
 
 from __future__ import annotations
 

@@ -191,7 +191,9 @@ class Printer:
         if isinstance(event, StepStarting):
             self.numbers[event.step.id] = (event.number, event.total)
         elif isinstance(event, Waiting):
-            out.live(render.wait_line(event))
+            # A terminal rewrites one line in place; elsewhere the line is kept, wrapped whole.
+            line = render.wait_line(event, **({} if out.tty else {"width": 1 << 20}))
+            out.live(line if out.tty else "\n".join(render.wrapped(line, " " * 8)))
         elif isinstance(event, Reconnecting) and event.step is None:
             out.live(
                 f"      connection lost; reconnecting: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"

@@ -370,19 +370,20 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
 
 
 LINE = 150  # the width a progress or verdict line wraps at
-MOST_LINES = 6  # a message longer than this many lines ends in "…" (--json has it whole)
+MOST_LINES = 6  # a message longer than this many lines says where the rest is
 
 
 def wrapped(line: str, indent: str, width: int = LINE) -> list[str]:
     """``line`` wrapped at ``width`` on spaces (the fact at the end is shown, not cut), the
-    lines after the first indented; past ``MOST_LINES`` it ends in "…"."""
+    lines after the first indented; past ``MOST_LINES`` it says where the rest is."""
     if len(line) <= width:
         return [line]
     lines = textwrap.wrap(
         line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
     )
     if len(lines) > MOST_LINES:
-        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: width - 1] + "…"]
+        more = "… (more in --json and the journal)"
+        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: width - len(more)] + more]
     return lines
 
 
