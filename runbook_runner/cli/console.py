@@ -193,7 +193,10 @@ class Printer:
         elif isinstance(event, Waiting):
             # A terminal rewrites one line in place; elsewhere the line is kept, wrapped whole.
             line = render.wait_line(event, **({} if out.tty else {"width": 1 << 20}))
-            out.live(line if out.tty else "\n".join(render.wrapped(line, " " * 8)))
+            head = line.find(": ") + 2  # the message gets a step line's width after it
+            out.live(
+                line if out.tty else "\n".join(render.wrapped(line, " " * 8, head + render.LINE))
+            )
         elif isinstance(event, Reconnecting) and event.step is None:
             out.live(
                 f"      connection lost; reconnecting: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
