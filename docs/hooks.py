@@ -11,12 +11,21 @@
 - A postmortem's front matter (date, authors, status, severity, ...) is shown as a table
   under its title.
 - ``drills.md`` lists every drill scenario of the simulator, so the page cannot fall behind.
+- Every postmortem's front matter is checked against incident.schema.json (a bad field fails
+  the build with ``file:line:col``) and indexed: ``incidents/*.md`` are generated, each
+  postmortem lists the earlier incidents on its host and GPUs and its tracked action items,
+  each pitfall page the incidents it caused, and each runbook page when its drills last
+  passed, from the test results file (runbook_runner/kb/incidents.py renders all of it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
+import os
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -24,6 +33,7 @@ from mkdocs.plugins import get_plugin_logger
 from mkdocs.structure.files import File, Files
 
 from runbook_runner.kb import figures as figures_module
+from runbook_runner.kb import incidents as kb
 from runbook_runner.kb.docs_page import render_page
 from runbook_runner.runbook import Runbook, RunbookInvalid, load
 
@@ -40,6 +50,11 @@ _linked_from: dict[str, set[str]] = {}
 _figures: dict[str, figures_module.Figure] = {}
 _figure_files: dict[str, str] = {}
 _failure_modes: dict[str, dict] = {}
+_incidents: dict[str, kb.Incident] = {}  # by page
+_results: list[kb.Results] = [kb.NO_RESULTS]
+# Written by the test run (tests/results_file.py): which tests passed, at which commit.
+RESULTS = Path(os.environ.get("RUNBOOK_TEST_RESULTS") or REPO / "build" / "test-results.json")
+DRILL_TEST = "tests/test_scenarios.py::test_the_run_does_what_the_expert_would[{}]"
 
 # What each drill scenario replays on the site: the pages that explain it.
 DRILL_PAGES = {
@@ -66,6 +81,8 @@ META_ROWS = [
     ("severity", "Severity"),
     ("incident", "Incident"),
     ("hosts", "Hosts"),
+    ("fault", "Fault class"),
+    ("recovered", "Recovered"),
     ("started", "Started (UTC)"),
     ("ended", "Ended (UTC)"),
     ("outcome", "Outcome"),
@@ -274,11 +291,44 @@ def _load_failure_modes() -> None:
         _failure_modes[name] = entry
 
 
+def _load_incidents(files: Files) -> None:
+    """Every postmortem page's front matter, checked and kept; the test results."""
+    _incidents.clear()
+    _results[0] = kb.NO_RESULTS  # no test run yet: every proof is "not run"
+    try:
+        _results[0] = kb.read_results(json.loads(RESULTS.read_text()))
+    except FileNotFoundError:
+        log.info(f"{RESULTS}: no test results; run the tests first to mark what they prove")
+    except (OSError, ValueError, AttributeError, KeyError, TypeError) as error:
+        log.info(f"{RESULTS}: unreadable ({error!r}); every proof reads 'not run'")
+    pitfalls = [
+        f.src_uri[len("pitfalls/") : -3] for f in files if f.src_uri.startswith("pitfalls/")
+    ]
+    for file in files.documentation_pages():
+        if not file.src_uri.startswith("postmortems/") or file.abs_src_path is None:
+            continue
+        incident, problems = kb.parse(Path(file.abs_src_path).read_text(), file.src_uri, pitfalls)
+        for problem in problems:
+            log.warning(problem)
+        if incident and not file.src_uri.endswith("/TEMPLATE.md"):
+            _incidents[file.src_uri] = incident
+
+
+def _drills_of(runbook: str) -> list[str]:
+    from runbook_runner.simhost.scenarios import MATRIX
+
+    return [DRILL_TEST.format(s.name) for s in MATRIX if s.runbook == runbook]
+
+
 def on_files(files: Files, config) -> Files:
     _runbooks.clear()
     _linked_from.clear()
     _load_figures()
     _load_failure_modes()
+    _load_incidents(files)
+    today = datetime.now(timezone.utc).date().isoformat()
+    for path, content in kb.index_pages(_incidents.values(), _results[0], today).items():
+        files.append(File.generated(config, path, content=content))
     files.append(File.generated(config, "figures.md", content=_figures_page()))
     files.append(File.generated(config, "drills.md", content=_drills_page()))
     for path in sorted(RUNBOOKS.glob("*.yaml")):
@@ -290,6 +340,8 @@ def on_files(files: Files, config) -> Files:
             continue
         _runbooks[runbook.name] = runbook
         page = render_page(runbook, f"runbooks/{path.name}", _failure_modes.get(runbook.name))
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        page += "\n" + kb.drills_section(runbook.name, sha, _drills_of(runbook.name), _results[0])
         files.append(File.generated(config, f"runbooks/{runbook.name}.md", content=page))
         for doc in runbook.docs:
             if files.get_file_from_path(doc) is None:
@@ -327,6 +379,11 @@ def _meta_table(meta: dict, depth: int) -> str:
             continue
         if key == "runbooks":
             shown = ", ".join(f"[{_cell(n)}]({up}runbooks/{_cell(n)}.md)" for n in value)
+        elif key == "recovered" and isinstance(value, dict):
+            rung = " / ".join(_cell(value[k]) for k in ("runbook", "rung") if value.get(k))
+            shown = _cell(value.get("how", "unknown")).replace("-", " ") + (
+                f": {rung}" if rung else ""
+            )
         elif key == "drill":
             shown = (
                 f"yes: scenario `{_cell(value)}` on a simulated host "
@@ -359,6 +416,14 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             markdown = re.sub(
                 r"^(# .*\n)", lambda m: m.group(1) + "\n" + table, markdown, count=1, flags=re.M
             )
+    incident = _incidents.get(source)
+    if incident and not incident.record:
+        today = datetime.now(timezone.utc).date().isoformat()
+        markdown += "\n" + kb.earlier_section(incident, _incidents.values())
+        if incident.actions:
+            markdown += "\n" + kb.actions_section(incident, _results[0], today)
+    if source.startswith("pitfalls/"):
+        markdown += "\n" + kb.caused_section(source[len("pitfalls/") : -3], _incidents.values())
     for name in RUNBOOK_LINK.findall(markdown):
         if name == "index":  # the generated list of runbooks, not a runbook
             continue

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner.expect import CheckResult, State, all_ok
+from runbook_runner.plan.ledger import Ledger, ledger_of
 from runbook_runner.runbook import Runbook, Step
 from runbook_runner.status import RUNNER_CONDITIONS, SENT, Condition, StepStatus
 
@@ -152,14 +153,16 @@ class Verdict:
     """How a run ended, in four parts a person reads last: what it did (each action with
     its targets), what it left alone (what, whose, why), what is still wrong (each failing
     check), and what a person does next (from the runbook: its checks' hints, its
-    ``next``). ``held``: GPUs of the subject a process still holds at the end (a run that
-    leaves one is not "goal holds", whatever its checks say)."""
+    ``next``). ``ledger``: every GPU at the end, one entry each (plan/ledger.py);
+    ``held``: its entries for the subject's GPUs that are neither free nor serving (a run
+    that leaves one is not "goal holds", whatever its checks say)."""
 
     done: tuple[str, ...] = ()
     left_alone: tuple[str, ...] = ()
     still_wrong: tuple[str, ...] = ()
     held: tuple[str, ...] = ()
     next: tuple[str, ...] = ()
+    ledger: Ledger = field(default_factory=Ledger)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,28 +171,8 @@ class Verdict:
             "still_wrong": list(self.still_wrong),
             "held": list(self.held),
             "next": list(self.next),
+            "ledger": self.ledger.to_json(),
         }
-
-
-def subject_held(state: State | None) -> tuple[str, ...]:
-    """The subject's GPUs still held, from a look at the host: 'GPU N: PID P COMMAND
-    (why it was left)', one per GPU, for every process of the subject that is not a
-    healthy server nor one judged starting (a healthy server holds its GPUs as it should;
-    so does one still loading within its startup grace, its workers live: plan/ownership.py
-    judges a launcher past the grace, or with its workers gone, broken)."""
-    from runbook_runner.observe.state import ProcessOwner
-
-    found: dict[int, list[str]] = {}
-    for records in (state or {}).values():
-        for row in records if isinstance(records, tuple) else ():
-            if not isinstance(row, ProcessOwner) or not row.subject:
-                continue
-            if row.minor_number is None or row.health in ("healthy", "starting"):
-                continue
-            said = f"PID {row.pid} {(row.command or '?')[:60]} ({row.reason or row.disposition})"
-            if said not in found.setdefault(row.minor_number, []):
-                found[row.minor_number].append(said)
-    return tuple(f"GPU {gpu}: held by " + "; ".join(found[gpu]) for gpu in sorted(found))
 
 
 def held_back(state: State | None, said: Sequence[str] = ()) -> tuple[str, ...]:
@@ -286,7 +269,9 @@ def verdict_of(report: RunReport) -> Verdict:
     still = [f"{r.name}: {r.message}" for r in results if not r.ok]
     if report.blocked is not None:
         still.append(f"stopped before {report.blocked.id}: {report.blocked.message}")
-    held = subject_held(state)
+    first = report.before.state if report.before is not None else None
+    ledger = ledger_of(state, report.params, first) if runbook.subject is not None else Ledger()
+    held = tuple(entry.said() for entry in ledger.unaccounted)
     following: list[str] = []
     # An observation whose condition a failing check already judges (nvidia-smi's
     # driver/library mismatch) is that check's finding, with its own hint.
@@ -303,12 +288,14 @@ def verdict_of(report: RunReport) -> Verdict:
             following.append(" ".join(hint.split()))
     if held:
         following.append(
-            "a GPU of the server is still held: look at its holder (ps -o pid,etimes,args "
-            "-p PID; the server's log), then run this runbook again"
+            "a GPU of the server is not free: look at it (the command beside it above; "
+            "the server's log), then run this runbook again"
         )
     if report.ok and not held:
         following += runbook.next
-    return Verdict(tuple(done), tuple(left), tuple(still), held, tuple(dict.fromkeys(following)))
+    return Verdict(
+        tuple(done), tuple(left), tuple(still), held, tuple(dict.fromkeys(following)), ledger
+    )
 
 
 @dataclass
@@ -320,6 +307,7 @@ class RunReport:
     reached_by: str | None = None  # the step after which the goal held
     declined: bool = False
     blocked: StepRecord | None = None  # the first step not run because its trigger cannot be told
+    params: Mapping[str, Any] = field(default_factory=dict)  # the run's parameters
 
     @property
     def ok(self) -> bool:

@@ -15,8 +15,9 @@ class ExitCode(IntEnum):
     CANNOT_TELL = 6  # an observation a step or check depends on could not be made
     JOURNAL = 7  # the run journal cannot be written or read, or the run cannot be resumed
     TIMED_OUT = 8  # a command or wait ran out of time and the run stopped because of it
-    SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is still held
+    SUBJECT_HELD = 9  # the goal's checks hold, but a GPU of the subject is not free nor serving
     NOT_APPROVED = 10  # run --plan: the run would send a command the approved plan does not have
+    BREAKER = 11  # run on many hosts: --max-fail hosts failed; the rollout stopped there
     INTERNAL = 70  # a bug in runbook-runner (EX_SOFTWARE): one line, never a traceback
     INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGHUP exits 129 and SIGTERM 143 (128 + the signal)
 
@@ -34,8 +35,9 @@ WORDS = {
     ExitCode.CANNOT_TELL: "cannot tell: it stopped before acting on what it could not see",
     ExitCode.JOURNAL: "the journal cannot be written or read, or the run cannot be resumed",
     ExitCode.TIMED_OUT: "a command or wait ran out of time",
-    ExitCode.SUBJECT_HELD: "the checks hold, but a GPU of the server is still held",
+    ExitCode.SUBJECT_HELD: "the checks hold, but a GPU of the server is neither free nor serving",
     ExitCode.NOT_APPROVED: "run --plan: a command the approved plan does not have (not sent)",
+    ExitCode.BREAKER: "many hosts: --max-fail hosts failed, the rollout stopped there",
     ExitCode.INTERNAL: "a bug in runbook-runner (RUNBOOK_DEBUG=1 shows where)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C; 129 SIGHUP, 143 SIGTERM)",
 }

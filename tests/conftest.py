@@ -13,6 +13,8 @@ import yaml
 TESTS = Path(__file__).parent
 FIXTURES = TESTS / "fixtures"
 REPO = TESTS.parent
+# Each test's outcome, for the site: an action item is done when its test passes.
+pytest_plugins = ["results_file"]
 
 
 def fixture_index() -> dict[str, dict[str, Any]]:

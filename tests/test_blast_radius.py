@@ -270,6 +270,10 @@ def hosts(draw: Any, sick: bool | None = None) -> Host:
     dmesg = f"[ 8812.000001] NVRM: Xid (PCI:{bus(ill)[4:14].lower()}): {xid}\n" if xid else ""
     health = draw(st.sampled_from([(0, "200"), (7, ""), (28, ""), (0, "503"), (127, "")]))
     bare = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}))
+    if mps:  # the MPS server is infrastructure by its program's path (/proc/PID/exe)
+        bare = bare.replace(
+            "@@ end\n", "@@ proc\n7801 exe=/usr/bin/nvidia-cuda-mps-server\n@@ end\n"
+        )
     sections = "@@ proc\n" + "".join(f"{line}\n" for line in proc)
     sections += "@@ listening\n@@ mps\n" + "".join(f"{line}\n" for line in mps)
     text = bare.replace("@@ end\n", sections + "@@ end\n")

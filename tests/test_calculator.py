@@ -120,4 +120,33 @@ def test_the_calculator_cannot_tell_lmcache_and_neither_can_the_preflight():
     flags = parse_launch(
         "vllm serve /m -tp 8 --kv-offloading-backend lmcache --kv-offloading-size 40"
     )
-    assert flags.kv_offload_each_worker is None  # the preflight's kv_copies cannot be computed
+    assert flags.kv_offload_copies is None  # the preflight's kv_copies cannot be computed
+
+
+def test_every_pool_the_page_offers_is_one_the_calculator_cannot_size_but_none():
+    """The form's choices of host pools besides --hicache-size (docs/calculator.md) are the
+    ones the JavaScript knows; each but "none" ends in cannot tell, never in a verdict."""
+    import re
+
+    page = (REPO / "docs" / "calculator.md").read_text()
+    select = page.split('<select name="extra_pools">', 1)[1].split("</select>", 1)[0]
+    choices = re.findall(r'<option value="([a-z]+)"', select)
+    assert choices == ["none", "draft", "dsa", "hybrid"]
+    form = {
+        "tp": "8",
+        "pp": "1",
+        "dp": "1",
+        "dp_attention": "false",
+        "nnodes": "1",
+        "hicache_size": "47",
+        "ratio": "2",
+        "kv_pool": "8",
+        "total": "449",
+        "available": "440",
+        "limit": "",
+        "reserve": "10",
+        "headroom": "10",
+    }
+    got = run_js("sglangLines", [{**form, "extra_pools": choice} for choice in choices])
+    assert [g["verdict"] for g in got] == ["fits", "cannot-tell", "cannot-tell", "cannot-tell"]
+    assert "each of the 8 ranks also pins the DSA indexer pool" in got[2]["lines"][0]

@@ -114,7 +114,12 @@ def test_plan_is_a_dry_run_whose_request_says_so():
     request = request_of(args)
     assert request.dry_run
     assert request.approval == Approval(out="p.json", sign_with="key")
-    assert (request.yes, request.serial, request.max_fail, request.journal) == (False, 1, 1, None)
+    assert (request.yes, request.serial, request.max_fail, request.journal) == (
+        False,
+        "1",
+        "1",
+        None,
+    )
     assert (request.from_step, request.resume, request.force, request.break_lock) == (
         None,
         None,
@@ -127,7 +132,12 @@ def test_run_defaults_are_argparse_defaults():
     request = request_of(build_parser().parse_args(["run", "gpu-oom-recovery", "--host", "h"]))
     assert not request.dry_run
     assert request.approval == Approval()
-    assert (request.serial, request.max_fail, request.settings, request.journal) == (1, 1, (), None)
+    assert (request.serial, request.max_fail, request.settings, request.journal) == (
+        "1",
+        "1",
+        (),
+        None,
+    )
     journaled = request_of(
         build_parser().parse_args(
             ["run", "gpu-oom-recovery", "--host", "h", "--journal", "j.jsonl", "--set", "a=1"]

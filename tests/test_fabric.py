@@ -4,6 +4,8 @@ GPU left alone is held back and named, one that reaches only its own GPU goes ah
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -84,11 +86,18 @@ def test_indented_output_and_nic_cells_run_together_are_read_by_their_gpu_column
     assert topo[2] == ((0, 1, 3, 4, 5, 6, 7), 12)
 
 
-def test_a_topo_error_leaves_the_peers_unreported_and_the_reach_cannot_be_told():
+def test_a_topo_error_narrows_only_what_topology_decides():
+    """A failed topo -m leaves the peers unreported: on an H100 the reset is per GPU
+    whatever the topology (nvidia-smi(1), -r), so it still reaches GPU 0 alone; on a V100
+    the peers decide, and what they would have shown cannot be told (never 'one group')."""
     error = fixture_text("nvidia-smi/error-591.86-windows-topo-m-rc255.txt")
-    gpus = parse_fabric(_observed(error, "active", fixture_text(H100_Q)))
+    gpus = parse_fabric(_observed(error, "inactive", fixture_text(H100_Q)))
     assert gpus[0].nvlink_peers is None
-    reach = reset_reach(0, gpus)
+    assert reset_reach(0, gpus).gpus == frozenset({0})
+    volta = [
+        dataclasses.replace(g, architecture="Volta", name="Tesla V100-SXM2-32GB") for g in gpus
+    ]
+    reach = reset_reach(0, volta)
     assert reach.gpus is None
     assert "topo -m" in reach.why
 

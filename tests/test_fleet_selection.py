@@ -7,7 +7,7 @@ import pytest
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.fleet import summary
 from runbook_runner.fleet.inventory import InventoryError, parse
-from runbook_runner.fleet.rollout import batches, may_continue
+from runbook_runner.fleet.rollout import batches
 from runbook_runner.fleet.selection import FleetHost, SelectionError, fold, limit, select
 from runbook_runner.fleet.summary import HostOutcome
 
@@ -159,11 +159,8 @@ def test_host_text_in_a_summary_cannot_steer_the_terminal():
     assert summary.printable("GPU 0: \x1b[2Jgone\r") == "GPU 0: \\x1b[2Jgone\\x0d"
 
 
-def test_rollout_batches_and_max_fail():
+def test_rollout_batches():
     assert batches([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
-    assert may_continue(0, 1)
-    assert not may_continue(1, 1)
-    assert may_continue(5, None)
 
 
 def test_a_single_host_command_does_not_load_clustershell():

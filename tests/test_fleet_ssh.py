@@ -283,13 +283,13 @@ def test_serial_rollout_stops_after_max_fail_and_gives_each_host_a_journal(
         "--known-hosts",
         files["known"],
     )
-    assert code == ExitCode.GOAL_NOT_MET, out
+    assert code == ExitCode.BREAKER, out
     assert resets(fleet[0]) == [["nvidia-smi", "--gpu-reset", "-i", "3"]]
     assert resets(fleet[1]), out  # tried, failed
     assert resets(fleet[2]) == []  # not started: the rollout stopped at one failure
     assert "gpu1: ok — goal reached by reset-gpus" in out
     assert "gpu2: goal NOT reached" in out
-    assert "gpu3: not started — 1 host failed (--max-fail 1)" in out
+    assert "gpu3: not started — the breaker tripped: 1 host failed (--max-fail 1)" in out
     journals = sorted(p.name for p in run_journals_in_tmp.glob("*.jsonl"))
     assert len(journals) == 2
     assert "-fleet-health-gpu1-" in journals[0] + journals[1]

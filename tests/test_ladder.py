@@ -167,6 +167,33 @@ def test_a_no_stops_the_run_and_a_failure_stops_it_only_under_on_failure_stop():
     assert ladder.needs(book, stopped) == []
 
 
+def test_whatever_stops_the_run_what_it_stopped_is_put_back_first():
+    """The run stopped the GPU services, then the next rung was held back (a stranger's
+    job on the node): the walk goes on to restart-gpu-services, and to nothing else; a
+    run that stopped nothing has nothing to put back, and ends with the stop's reason."""
+    book = runbook()
+    history = ended(
+        ladder.Rung("stop-gpu-services", StepStatus.OK),
+        start="stop-gpu-services",
+    )
+    history = ladder.History(
+        history.order, history.rungs, {"stop-gpu-services": [{"text": "nvidia-persistenced"}]}
+    )
+    blocked = ladder.Stop("blocked: another owner's job", ladder.step_of(book, "reload-driver"))
+    halted = history.halt(book, blocked)
+    assert halted.order[len(halted.rungs) :] == ("restart-gpu-services",)
+    assert ladder.needs(book, halted)  # it looks before it puts back
+    # a "no" to the put-back itself ends the walk there, with the first reason kept
+    declined = halted.then(ladder.Rung("restart-gpu-services", StepStatus.DECLINED))
+    stop = ladder.next_move(book, params_of(), {}, declined)
+    assert isinstance(stop, ladder.Stop)
+    done = ladder.next_move(book, params_of(), {}, declined.halt(book, stop))
+    assert isinstance(done, ladder.Done)
+    assert done.reason == "blocked: another owner's job"
+    nothing = ended(ladder.Rung("stop-gpu-services", StepStatus.SKIPPED), start="stop-gpu-services")
+    assert nothing.halt(book, blocked).next_step is None
+
+
 def test_the_last_rung_done_is_done():
     book = runbook()
     history = ladder.History.start(book, remaining=[])

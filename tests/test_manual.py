@@ -112,6 +112,7 @@ EDITED = {
     "- **Add a runbook**: write `runbooks/NAME.yaml`": "the parser table and Speed are links",
     "A `{{ placeholder }}` in a command": "issue 37: a value enters a command as a list word",
     "**Placeholders by construction.**": "issue 37: the allow-list went with the string form",
+    "`--json` prints one document with a record per host": "issue 47: --serial/--max-fail N|P%",
 }
 
 

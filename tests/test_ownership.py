@@ -29,13 +29,13 @@ SUBJECT = Subject(
 HEADER = "    PID    PPID    PGID     SID USER      ELAPSED STAT CGROUP     COMMAND\n"
 
 
-def listing(rows: list[tuple], fuser: str = "") -> str:
+def listing(rows: list[tuple], fuser: str = "", proc: str = "") -> str:
     lines = [HEADER]
     for pid, ppid, user, age, stat, cgroup, command in rows:
         lines.append(
             f"{pid:>7} {ppid:>7} {pid:>7} {pid:>7} {user:<8} {age:>8} {stat:<4} {cgroup} {command}\n"
         )
-    return "".join(lines) + "@@ fuser\n" + fuser + "@@ end\n"
+    return "".join(lines) + "@@ fuser\n" + fuser + "@@ proc\n" + proc + "@@ end\n"
 
 
 def fuser_lines(holds: dict[int, list[int]], users: dict[int, str]) -> str:
@@ -358,6 +358,18 @@ KINDS = (
     "other-job",
     "unknown-root",
     "unknown-hidden",
+    "other-user-unit",
+    "other-named-infra",
+    "other-job-named",
+)
+# A user's own unit named like the subject's (systemd-run --user --unit=sglang), and a
+# program named like a GPU service run by a user or from another folder: other owners'.
+USER_UNIT = "0::/user.slice/user-1666.slice/user@1666.service/app.slice/sglang.service"
+NAMED_INFRA = (
+    ("mallory", "/home/mallory/bin/nvidia-persistenced"),
+    ("mallory", "/usr/bin/nv-hostengine"),
+    ("root", "/tmp/nv-hostengine"),
+    ("root", "/usr/local/share/dcgm-exporter"),
 )
 
 
@@ -365,9 +377,10 @@ KINDS = (
 def hosts(draw):
     count = draw(st.integers(1, 14))
     pids = draw(st.lists(st.integers(100, 60000), min_size=count, max_size=count, unique=True))
-    rows, holds, truth, hidden = [], {}, {}, set()
+    rows, holds, truth, hidden, proc = [], {}, {}, set(), ""
     for pid in pids:
         kind = draw(st.sampled_from(KINDS))
+        user = "root"
         state = draw(st.sampled_from(["S", "Sl", "D", "R", "Z"]))
         parent = draw(st.sampled_from([1, *pids]))
         age = draw(st.integers(0, 100000))
@@ -405,6 +418,25 @@ def hosts(draw):
                 "0::/",
                 draw(st.sampled_from(["/usr/bin/nv-hostengine -n", "/usr/bin/dcgm-exporter"])),
             )
+            proc += f"{pid} exe={command.split()[0]}\n"
+        elif kind == "other-user-unit":
+            cgroup, user = USER_UNIT, "bob"
+            command = draw(
+                st.sampled_from(
+                    ["python3 -m sglang.launch_server --port 31337", "sglang::scheduler_TP0"]
+                )
+            )
+        elif kind == "other-named-infra":
+            user, exe = draw(st.sampled_from(NAMED_INFRA))
+            cgroup = draw(
+                st.sampled_from(["0::/", "0::/user.slice/user-1666.slice/session-4.scope"])
+            )
+            command = f"/usr/bin/{exe.rsplit('/', 1)[-1]} --user nvidia-persistenced"
+            proc += f"{pid} exe={exe}\n"
+        elif kind == "other-job-named":
+            cgroup, user = "0::/slurm/uid_1002/job_777/step_0", "bob"
+            command = draw(st.sampled_from(["vllm serve m --port 8001", "VLLM::Worker_TP0"]))
+            proc += f"{pid} SLURM_JOB_ID=777\n"
         elif kind == "other-unit":
             cgroup, command = "0::/system.slice/trainer.service", "python3 train.py"
         elif kind == "other-session":
@@ -426,11 +458,11 @@ def hosts(draw):
             hidden.add(pid)
         truth[pid] = kind
         if pid not in hidden:
-            rows.append((pid, parent, "root", age, state, cgroup, command))
+            rows.append((pid, parent, user, age, state, cgroup, command))
         holds[pid] = draw(st.lists(st.integers(0, 7), max_size=3, unique=True))
         if kind.startswith("infra"):
             holds[pid] = list(range(8))  # the daemons hold every GPU
-    text = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}))
+    text = listing(rows, fuser_lines({p: m for p, m in holds.items() if m}, {}), proc)
     health = draw(st.sampled_from([(0, "200"), (7, ""), (28, ""), (0, "503"), (127, "")]))
     return text, truth, health
 

@@ -300,6 +300,7 @@ def _mps_host(health: str) -> tuple[ProcessOwner, ...]:
     text = listing(
         rows,
         {7801: [0, 1], 4120: [0], 4220: [1]},
+        proc="7801 exe=/usr/bin/nvidia-cuda-mps-server\n",  # infrastructure: its path, not its name
         mps="server 7801\nclient 7801 4120\nclient 7801 4220\n",
     )
     records = parse_owners(text)

@@ -45,6 +45,7 @@ def test_the_run_does_what_the_expert_would(capsys, scenario):
     else:
         assert code == scenario.exit_code
         said = " ".join(s.get("message", "") for s in document["steps"])
+        said += " " + " ".join(document["verdict"]["held"])  # the GPUs not accounted for
         hints = " ".join(c.get("hint", "") + c.get("message", "") for c in _failing(document))
         assert scenario.message in said + hints
         assert drill["ended_right"]
@@ -222,6 +223,7 @@ def test_the_gpu_and_host_ram_ladders_never_cross():
     assert steps["remove-leaked-shm"].affects == "files"
     # the short-cuts act on their own evidence, not on a generic failure
     assert steps["reboot-for-xid"].fixes == ("no-xid-needs-reboot",)
+    assert steps["reboot-for-recovery-action"].fixes == ("no-gpu-asks-reboot",)
     assert steps["reboot-for-stuck"].fixes == ("no-stuck-server",)
     assert steps["load-driver"].fixes == ("driver-loaded",)
     # the last resort is for memory only: a drain or an NVLink fault never climbs to it

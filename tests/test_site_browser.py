@@ -287,3 +287,35 @@ def test_the_sizing_calculator_computes_offline(browser, site, shots, width):  #
     )
     _no_page_overflow(browser)
     _full_page(browser, shots / f"calculator-{width}.png")
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_incident_index_and_the_newcomers_path_from_file_urls(browser, site, shots, width):  # noqa: F811
+    """Opened from disk: the incident index draws its tables without widening the page, and a
+    newcomer goes home -> pitfall -> an incident it caused -> the drill, one click per step."""
+    from selenium.webdriver.common.by import By
+
+    _at_width(browser, width, (site / "incidents" / "index.html").as_uri())
+    article = browser.find_element(By.CSS_SELECTOR, "article").text
+    assert "Time to recover" in article
+    assert "Postmortem: SGLang HiCache OOM" in article
+    _no_page_overflow(browser)
+    _full_page(browser, shots / f"incident-index-{width}.png")
+
+    def click(selector: str, lands: str) -> None:
+        link = browser.find_element(By.CSS_SELECTOR, selector)
+        browser.execute_script("arguments[0].click()", link)
+        wait(browser, lambda d: d.current_url.split("#")[0].endswith(lands))
+        wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+
+    _at_width(browser, width, (site / "index.html").as_uri())
+    click(
+        'article a[href="pitfalls/orphaned-gpu-memory.html"]', "pitfalls/orphaned-gpu-memory.html"
+    )
+    caused = browser.find_element(By.ID, "the-incidents-it-caused")
+    assert caused.text
+    click('article a[href*="postmortems/drill-gpu-oom-recovery-oom-crash"]', ".html")
+    assert "A drill, not an incident" in browser.find_element(By.CSS_SELECTOR, "article").text
+    click('article a[href="../drills.html"]', "drills.html")
+    assert "Drills" in browser.find_element(By.CSS_SELECTOR, "article h1").text
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

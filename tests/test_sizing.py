@@ -81,12 +81,47 @@ VERDICT = {"ok": "fits", "failing": "does-not-fit", "cannot-tell": "cannot-tell"
 # -- the rules ------------------------------------------------------------------------------
 
 
+POOL_NAMES = {
+    sizing.ExtraPool.DRAFT: "draft",
+    sizing.ExtraPool.DSA_INDEXER: "dsa",
+    sizing.ExtraPool.HYBRID: "hybrid",
+}
+
+
+def _launch_flags(launch: str) -> dict:
+    words = launch.split()
+    return {flag: words[i + 1] for i, flag in enumerate(words[:-1]) if flag.startswith("--")}
+
+
 @pytest.mark.parametrize("case", CASES["sglang"], ids=lambda c: c["name"])
-def test_the_sglang_rule_counts_the_ranks_of_the_table(case):
+def test_the_sglang_rules_count_the_ranks_and_name_the_pools_of_the_table(case):
     f = case["fields"]
     ranks = sizing.sglang_ranks(f["tp"], f["pp"], f["dp"], f["dp_attention"], f["nnodes"])
+    flags = _launch_flags(case["launch"])
+    pools = sizing.sglang_extra_pools(
+        flags.get("--speculative-algorithm"),
+        flags.get("--model-path"),
+        flags.get("--attention-backend"),
+    )
+    assert [POOL_NAMES[pool] for pool in pools] == (
+        [] if f.get("extra_pools", "none") == "none" else [f["extra_pools"]]
+    )
+    if pools:  # the ranks count; what each pins beside --hicache-size does not
+        assert ranks.count == f["tp"]
+        assert case["ranks"] is None
+        return
     assert ranks.count == case["ranks"]
     assert (ranks.why != "") == (case["ranks"] is None)
+
+
+@pytest.mark.parametrize("case", CASES["vllm"], ids=lambda c: c["name"])
+def test_the_vllm_rule_holds_the_kv_offload_once_per_engine(case):
+    f = case["fields"]
+    workers = sizing.vllm_workers(f["tp"], f["pp"], f["dp"])
+    assert workers.count == case["workers"]
+    path = f["path"] if f["kv_offload"] else None  # no KV offload: nothing held
+    copies = sizing.vllm_kv_copies(path, case["workers"], f["tp"], f["pp"])
+    assert copies == case["kv_copies"]
 
 
 def test_every_rule_cites_an_upstream_file_at_a_commit_or_a_report():
@@ -117,6 +152,7 @@ def _sglang_js_input(fields: dict) -> dict:
         "dpAttention": fields["dp_attention"],
         "nnodes": fields["nnodes"],
         "hicacheSizeGB": fields["hicache_size"],
+        "extraPools": fields.get("extra_pools", "none"),
         "ratio": 2,
         "kvPoolGiB": 8,
         "totalGiB": HOST["total_gib"],
@@ -181,13 +217,14 @@ def test_the_vllm_preflight_and_the_calculator_agree_on_every_case():
             VLLM,
             drill_host_state("launch_flags", flags),
             "offload-fits",
-            ["gpus_used", "requested_bytes", "budget_bytes", "max_cpu_offload_gib"],
+            ["gpus_used", "kv_copies", "requested_bytes", "budget_bytes", "max_cpu_offload_gib"],
         )
         assert VERDICT[got["verdict"]] == case["verdict"], (case["name"], got["message"])
         if case["verdict"] == "cannot-tell":
             assert page["cannotTell"] is True
             continue
         assert got["gpus_used"] == page["gpus"] == case["workers"]
+        assert got["kv_copies"] == page["kvCopies"] == case["kv_copies"], case["name"]
         assert got["requested_bytes"] == pytest.approx(case["requested_gib"] * GiB)
         assert page["requestedBytes"] == pytest.approx(got["requested_bytes"], rel=1e-9)
         assert page["budgetBytes"] == pytest.approx(got["budget_bytes"], rel=1e-9)
@@ -201,6 +238,7 @@ SGLANG_FORM = {
     "dp_attention": "false",
     "nnodes": "1",
     "hicache_size": "90",
+    "extra_pools": "none",
     "ratio": "2",
     "kv_pool": "8",
     "total": "449",
@@ -253,7 +291,7 @@ def test_the_calculator_refuses_a_bad_count_with_a_message(field, value, message
     [
         ("total", "", "Total RAM: enter a number"),
         ("available", "0", "Available RAM: more than 0 (got 0)"),
-        ("hicache_size", "-90", "--hicache-size: 0 or more (got -90)"),
+        ("hicache_size", "-90", "--hicache-size: a whole number of 0 or more (got -90)"),
         ("headroom", "95", "Headroom: between 0 and 90 (got 95)"),
         ("limit", "abc", "Container memory limit: 'abc' is not a number"),
         ("hicache_size", "0", "give --hicache-size, or --hicache-ratio and the device KV pool"),
@@ -266,6 +304,39 @@ def test_the_calculator_refuses_bad_sizes(field, value, message):
     (got,) = run_js("sglangLines", [form])
     assert got["verdict"] == "refused"
     assert any(message in line for line in got["lines"]), got
+
+
+@needs_node
+@pytest.mark.parametrize("case", CASES["refused"], ids=lambda c: c["name"])
+def test_what_no_launch_could_mean_is_refused_by_the_page_and_not_passed_by_the_preflight(case):
+    form = {**(SGLANG_FORM if case["runbook"] == "sglang" else VLLM_FORM), **case["form"]}
+    (page,) = run_js(f"{case['runbook']}Lines", [form])
+    assert page["verdict"] == "refused"
+    assert case["message"] in page["lines"], page
+    if "launch" in case:
+        server = parsed("sglang-launch", f"launch: {case['launch']}\n")
+        got = preflight(SGLANG, drill_host_state("server", server), "hicache-fits", [])
+        assert got["verdict"] == "cannot-tell"
+        assert case["reason"] in got["message"]
+
+
+def test_hicache_size_0_is_sglangs_use_the_ratio():
+    server = parsed(
+        "sglang-launch",
+        "launch: python3 -m sglang.launch_server --tp 4 --hicache-size 0 --hicache-ratio 2\n",
+    )
+    assert server.hicache_size_gb is None
+    runbook = load(Path(SGLANG))
+    state = {**drill_host_state("server", server)}
+    got = evaluate_check(
+        runbook.checks["hicache-fits"],
+        runbook,
+        state,
+        {**{n: p.default for n, p in runbook.parameters.items()}, "kv_pool_gb_per_rank": 8},
+    )
+    # 4 ranks x 2 x 8 GiB = 68.7 GB: the ratio's pool, not a pool of 0 GB refused.
+    assert got.status.value == "ok", got.message
+    assert "4 ranks × 17.18 GB = 68.72 GB requested" in got.message
 
 
 @needs_node
@@ -411,6 +482,12 @@ def test_the_preflight_passes_what_fits_on_the_drill_host(gpu_host, capsys):
             "6 ranks do not divide evenly over 4 nodes",
         ),
         ("vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40", "not SGLang's"),
+        (
+            # 8 ranks x 47 GB = 376 GB fits the drill host, but each rank's draft pools too?
+            "python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache "
+            "--hicache-size 47 --speculative-algorithm EAGLE3",
+            "each of the 8 ranks also pins speculative-decoding draft pools",
+        ),
     ],
 )
 def test_the_preflight_cannot_tell_a_launch_it_cannot_read(gpu_host, capsys, launch, reason):
@@ -418,6 +495,8 @@ def test_the_preflight_cannot_tell_a_launch_it_cannot_read(gpu_host, capsys, lau
     assert code == ExitCode.CANNOT_TELL
     assert checks["hicache-fits"]["status"] == "cannot-tell"
     assert reason in checks["hicache-fits"]["message"]
+    assert not checks["hicache-fits"]["ok"]
+    assert "requested" not in checks["hicache-fits"]["message"]  # no partial sum as an answer
     assert checks["gpus-free"]["ok"]  # what it could reach is still told
 
 
@@ -521,6 +600,30 @@ def test_the_default_connectors_kv_file_must_fit_in_dev_shm(gpu_host, capsys):
     assert checks["offload-fits"]["ok"]
     shm = checks["kv-offload-fits-dev-shm"]
     assert shm["status"] == "failing"
-    assert "40 GiB of KV offload file, 16 GiB available in /dev/shm" in shm["message"]
+    assert (
+        "1 × 40 GiB of KV offload file (one per data-parallel engine), 16 GiB available"
+        in (shm["message"])
+    )
     code, checks = check(gpu_host, capsys, VLLM, f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {launch}")
     assert checks["kv-offload-fits-dev-shm"]["ok"], checks["kv-offload-fits-dev-shm"]
+    # One file per data-parallel engine: 10 GiB fits once, four engines' 40 GiB do not.
+    code, checks = check(gpu_host, capsys, VLLM, "vllm serve /m -tp 8 --kv-offloading-size 10")
+    assert checks["kv-offload-fits-dev-shm"]["ok"], checks["kv-offload-fits-dev-shm"]
+    code, checks = check(
+        gpu_host, capsys, VLLM, "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 10"
+    )
+    shm = checks["kv-offload-fits-dev-shm"]
+    assert shm["status"] == "failing", shm
+    assert "4 × 10 GiB of KV offload file (one per data-parallel engine)" in shm["message"]
+
+
+def test_the_pitfalls_first_screen_states_the_rule_per_rank_with_the_incident():
+    """The rule box, above the first heading of the page body, says "per rank" and works
+    the incident's numbers (8 x 300 GB asked of a 449 GiB host) from the figures file."""
+    page = (REPO / "docs" / "pitfalls" / "per-rank-vs-total.md").read_text()
+    body = page.split("\n---\n", 1)[1]
+    first_screen = body.split("\n## ", 1)[0]
+    assert '!!! danger "The rule: a per-rank size is taken once **per rank**"' in first_screen
+    assert "GB **per rank**" in first_screen
+    for figure in ("calc.hicache_requested_total", "fig.host_ram_total", "fig.safe_hicache_size"):
+        assert "{{ " + figure + " }}" in first_screen, figure

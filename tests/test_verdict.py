@@ -41,29 +41,47 @@ def test_a_gpu_of_the_subject_held_by_a_broken_server_is_exit_9_not_0():
     )
     report = ended_with(broken)
     assert report.verdict.held == (
-        "GPU 0: held by PID 4001 python3 -m sglang.launch_server (broken: its port 30000 is "
-        "closed, still after 2000 s)",
+        "GPU /dev/nvidia0: still held by the server, memory not reported: PID 4001 python3 -m "
+        "sglang.launch_server (broken: its port 30000 is closed, still after 2000 s) (look: ps "
+        "-o pid,ppid,user,etimes,args -p 4001; cat /proc/4001/cgroup)",
     )
     assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.SUBJECT_HELD
 
 
-def test_a_server_healthy_or_judged_starting_within_its_grace_is_not_held():
-    """A server the run started again holds its GPUs as it should while it loads (the
-    launcher's grace and workers judged it starting, plan/ownership.py): exit 0."""
-    healthy = row(4001, 0, owner="ours", subject=True, health="healthy", disposition="leave")
-    starting = row(
-        4002,
-        1,
+def starting(pid: int, gpu: int) -> ProcessOwner:
+    return row(
+        pid,
+        gpu,
         owner="ours",
         subject=True,
+        instance=pid,
         health="starting",
         disposition="leave",
         reason="starting: up 3 s, its port 30000 is not open yet, 8 of its workers live",
     )
-    report = ended_with(healthy, starting)
+
+
+def test_a_server_healthy_or_started_again_by_this_run_is_not_held():
+    """A server the run started again holds its GPUs as it should while it loads: its
+    instance was not there at the first look (the run started its unit): exit 0."""
+    healthy = row(4001, 0, owner="ours", subject=True, health="healthy", disposition="leave")
+    report = ended_with(healthy, starting(4002, 1))
+    report.before = Observed("before", {"holders": ()}, ())
     assert report.verdict.held == ()
     assert report.verdict.left_alone == ()  # the server itself is in the GPU table, not here
+    assert [e.status for e in report.verdict.ledger.entries] == ["serving", "started"]
     assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.OK
+
+
+def test_a_server_called_starting_from_the_first_look_to_the_last_is_not_recovered():
+    """A launcher judged "starting" when the run began, and still at its end (a restart
+    loop whose every incarnation looks new is another instance each time; this one is
+    the same): its GPU is held by ours, exit 9, never "goal holds"."""
+    report = ended_with(starting(4002, 1))
+    report.before = Observed("before", {"holders": (starting(4002, 1),)}, ())
+    assert report.verdict.held[0].startswith("GPU /dev/nvidia1: still held by the server")
+    assert "starting: up 3 s" in report.verdict.held[0]
+    assert run_code(report, dry_run=False, reboot_blocked=False) == ExitCode.SUBJECT_HELD
 
 
 def test_what_no_step_may_touch_is_left_alone_with_the_command_to_look_at_it():

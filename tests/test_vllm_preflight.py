@@ -64,12 +64,24 @@ def test_the_preflight_is_read_only():
             # buffer 840 GiB.
             "vllm serve /m --tensor-parallel-size 8 --cpu-offload-gb 40 --kv-offloading-size 100",
             ExitCode.GOAL_NOT_MET,
-            "8 GPUs × (2 × 40 GiB --cpu-offload-gb + 0 GiB --swap-space) = 80 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 840 GiB requested",
+            "8 GPUs × (2 × 40 GiB --cpu-offload-gb + 0 GiB --swap-space) = 80 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, held 1 time(s)) = 840 GiB requested",
         ),
         (
             "vllm serve /m -tp 4 -pp 2 --cpu-offload-gb 5 --kv-offloading-size 100",
             ExitCode.OK,
-            "8 GPUs × (2 × 5 GiB --cpu-offload-gb + 0 GiB --swap-space) = 10 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, pinned 1 time(s)) = 280 GiB requested",
+            "8 GPUs × (2 × 5 GiB --cpu-offload-gb + 0 GiB --swap-space) = 10 GiB per GPU + 2 × 1 × 100 GiB KV offload (connector: native, held 1 time(s)) = 280 GiB requested",
+        ),
+        (
+            # TP 2 x DP 4: four engines, each holding its own 100 GiB (vLLM divides by TP x PP
+            # only), where one copy was counted before.
+            "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 100",
+            ExitCode.GOAL_NOT_MET,
+            "+ 2 × 4 × 100 GiB KV offload (connector: native, held 4 time(s)) = 800 GiB requested",
+        ),
+        (
+            "vllm serve /m -tp 2 -dp 4 --kv-offloading-size 40",
+            ExitCode.OK,
+            "+ 2 × 4 × 40 GiB KV offload (connector: native, held 4 time(s)) = 320 GiB requested",
         ),
     ],
 )
@@ -97,22 +109,36 @@ def test_preflight_fails_a_gpu_without_the_free_memory_asked_for(gpu_host, capsy
 
 
 @pytest.mark.parametrize(
-    ("launch", "path", "each_worker"),
+    ("launch", "path", "copies"),
     [
-        ("vllm serve /m -tp 8 --kv-offloading-size 40", "native", 0),
-        ("vllm serve /m -tp 8 --kv_offloading_backend native --kv_offloading_size 40", "native", 0),
-        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8 --kv-offloading-size 40", "simple", 1),
+        ("vllm serve /m -tp 8 --kv-offloading-size 40", "native", 1),
+        ("vllm serve /m -tp 8 --kv_offloading_backend native --kv_offloading_size 40", "native", 1),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8 --kv-offloading-size 40", "simple", 8),
         ("env VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m --kv-offloading-size=40", "simple", 1),
         ("export VLLM_USE_SIMPLE_KV_OFFLOAD=1; vllm serve /m --kv-offloading-size 4", "simple", 1),
-        ("VLLM_USE_SIMPLE_KV_OFFLOAD=0 vllm serve /m --kv-offloading-size 40", "native", 0),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=0 vllm serve /m --kv-offloading-size 40", "native", 1),
         ("vllm serve /m --kv-offloading-backend lmcache --kv-offloading-size 40", "lmcache", None),
-        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8", None, 0),
+        ("VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 8", None, 1),
+        # One engine's total, held by each data-parallel engine (spec.py divides by TP x PP).
+        ("vllm serve /m -tp 2 -dp 4 --kv-offloading-size 100", "native", 4),
+        (
+            "vllm serve /m -tp 2 -dp 4 --data-parallel-size-local 2 --kv-offloading-size 9",
+            "native",
+            2,
+        ),
+        # An engine spread over two hosts: each host's region is sized for the whole value.
+        ("vllm serve /m -tp 16 --nnodes 2 --kv-offloading-size 100", "native", 1),
+        (
+            "VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve /m -tp 2 -dp 4 --kv-offloading-size 9",
+            "simple",
+            8,
+        ),
     ],
 )
-def test_parser_names_the_kv_offload_path(launch, path, each_worker):
+def test_parser_names_the_kv_offload_path_and_its_copies_on_the_host(launch, path, copies):
     config = parse_launch(launch)
     assert config.kv_offload_path == path
-    assert config.kv_offload_each_worker == each_worker
+    assert config.kv_offload_copies == copies
 
 
 @pytest.mark.ssh
@@ -124,12 +150,12 @@ def test_preflight_counts_the_simple_path_once_per_worker(gpu_host, capsys):
     code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={plain}"])
     out, _ = capsys.readouterr()
     assert code == ExitCode.OK, out
-    assert "2 × 1 × 60 GiB KV offload (connector: native, pinned 1 time(s)) = 120 GiB" in out
+    assert "2 × 1 × 60 GiB KV offload (connector: native, held 1 time(s)) = 120 GiB" in out
     simple = f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 {plain}"
     code = main(["check", PREFLIGHT, *gpu_host.cli_args(), "--set", f"launch={simple}"])
     out, _ = capsys.readouterr()
     assert code == ExitCode.GOAL_NOT_MET, out
-    assert "1 × 8 × 60 GiB KV offload (connector: simple, pinned 8 time(s)) = 480 GiB" in out
+    assert "1 × 8 × 60 GiB KV offload (connector: simple, held 8 time(s)) = 480 GiB" in out
 
 
 def test_parser_reads_the_data_parallel_layout_and_the_exact_pin_workaround():

@@ -264,7 +264,10 @@ def closing(
     elif report.declined:
         headline = (f"stopped: {confirmer.refusal or 'declined'}", "yellow")
     elif report.ok and verdict.held:
-        headline = (f"the goal's checks hold on {host}, but a GPU of the server is held", "red")
+        headline = (
+            f"the goal's checks hold on {host}, but not every GPU of the server is free or serving",
+            "red",
+        )
     elif report.ok:
         how = (
             f"by step {report.reached_by!r}"

@@ -90,6 +90,7 @@ def _drill(request: Request, scenario_name: str, *, yes: bool) -> int:
             said += "".join(
                 f" {r.message} {report.runbook.checks[r.name].hint}" for r in report.failing
             )
+            said += "".join(f" {held}" for held in report.verdict.held)  # the ledger's
             return drills.judge(
                 scenario,
                 drill.host.host.actions,

@@ -297,7 +297,10 @@ def gather(
     done_before: Sequence[HostOutcome] = (),
     total: int | None = None,
     skipped: Callable[[FleetHost], HostOutcome] | None = None,
+    ended: Callable[[HostOutcome], None] = lambda outcome: None,
 ) -> list[HostOutcome]:
+    """Each host's outcome as it ends (``ended`` hears it at once, on this thread: a
+    rollout's breaker), in the order hosts end; a line of --jsonl each."""
     from runbook_runner.fleet.fanout import fan_out
 
     outcomes: list[HostOutcome] = []
@@ -316,6 +319,7 @@ def gather(
         hosts, work, forks, tick=tick, stopped=lambda: stop.stopped, skipped=skipped
     ):
         outcomes.append(outcome)
+        ended(outcome)
         if jsonl:
             print(json.dumps(outcome.to_json()), flush=True)
     messages.drain(out)

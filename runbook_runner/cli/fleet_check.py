@@ -49,7 +49,7 @@ def fleet_check(request: Request, become: str | None) -> int:
     want_record = bool(structured or request.prometheus)
 
     def work(host: FleetHost) -> HostOutcome:
-        return _check_one(
+        return check_one(
             target,
             become,
             runbook,
@@ -88,7 +88,7 @@ def fleet_check(request: Request, become: str | None) -> int:
         return fleet.interrupted_exit(out, stop, outcomes) if stop.stopped else code
 
 
-def _check_one(
+def check_one(
     target: Target,
     become: str | None,
     runbook: Runbook,
@@ -97,8 +97,10 @@ def _check_one(
     messages: fleet.Messages,
     stop: HostStop,
     *,
-    want_record: bool,
+    want_record: bool = True,
 ) -> HostOutcome:
+    """One host's goal checked, read-only (``check`` on many hosts; a rollout's ``observe``
+    hosts); ``want_record``: its state and checks in the record (--json, --prometheus)."""
     from runbook_runner.cli.outcomes import check_code
     from runbook_runner.engine import Runner
 
@@ -156,7 +158,7 @@ def _gather_processes(
 ) -> list[HostOutcome]:
     """As fleet.gather, with the hosts spread over ``workers`` forked processes (threads inside
     each). Each sends back its hosts' outcomes and messages as JSON lines; a signal to this
-    process is passed on to them, and each stops its own hosts as _run_one/_check_one do."""
+    process is passed on to them, and each stops its own hosts as _run_one/check_one do."""
     from runbook_runner.fleet.fanout import fan_out_processes
 
     outcomes: list[HostOutcome] = []

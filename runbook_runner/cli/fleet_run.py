@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from runbook_runner.cli import host as cli_host
 from runbook_runner.errors import Interrupted, TransportError, UsageError
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.fleet import summary
+from runbook_runner.fleet.rollout import Mode
 from runbook_runner.fleet.stop import HostStop, Stop
 from runbook_runner.fleet.summary import HostOutcome, printable
 from runbook_runner.runbook import Runbook
@@ -27,12 +29,13 @@ from runbook_runner.status import STOPPING
 if TYPE_CHECKING:
     from runbook_runner.cli.request import Request
     from runbook_runner.events import Answer, ConfirmRequest
+    from runbook_runner.fleet.rollout import Breaker, Share
     from runbook_runner.fleet.selection import FleetHost
 
 
 def fleet_run(request: Request, become: str | None) -> int:
     """``become``: the sudo password -K asked for, if any."""
-    from runbook_runner.fleet.rollout import batches, may_continue
+    from runbook_runner.fleet.rollout import Breaker, batch_size, batches
 
     for option, given in (("--journal", request.journal), ("--resume", request.resume)):
         if given:
@@ -42,10 +45,7 @@ def fleet_run(request: Request, become: str | None) -> int:
             )
     if request.json and request.target.jsonl:
         raise UsageError("--json or --jsonl, not both", "runbook run")
-    if request.serial < 1:
-        raise UsageError("--serial must be at least 1", "runbook run")
-    if request.max_fail is not None and request.max_fail < 1:
-        raise UsageError("--max-fail must be at least 1", "runbook run")
+    serial, max_fail = _share("--serial", request.serial), _share("--max-fail", request.max_fail)
     try:
         hosts = fleet.select_hosts(request)
     except fleet.BadFleetInput:
@@ -58,34 +58,31 @@ def fleet_run(request: Request, become: str | None) -> int:
         )
     out = console.Output(request.json or request.target.jsonl)
     messages = fleet.Messages()
-    mode = " (dry run: observations only, nothing changes)" if request.dry_run else ""
-    plan = batches(hosts, request.serial)
+    dry = " (dry run: observations only, nothing changes)" if request.dry_run else ""
+    plan = batches(hosts, batch_size(serial, len(hosts)))
+    rollout = _Rollout(Breaker.of(max_fail, len(hosts)), hosts, request.dry_run)
     out.line(
-        f"{runbook.name} on {render.plural(len(hosts), 'host')}, {request.serial} at a time "
-        f"({render.plural(len(plan), 'batch', 'batches')}){mode}"
+        f"{runbook.name} on {render.plural(len(hosts), 'host')}, "
+        f"{len(plan[0])} at a time ({render.plural(len(plan), 'batch', 'batches')}){dry}; "
+        f"the breaker trips at {render.plural(rollout.breaker.trips_at, 'failed host')}"
+        + rollout.modes_said()
     )
     asks = runbook.destructive and not request.dry_run and not request.yes and sys.stdin.isatty()
     outcomes: list[HostOutcome] = []
-    stopped: str | None = None
     stop = Stop()
     with fleet.signals_stop(stop):
         for number, batch in enumerate(plan, 1):
-            if stop.stopped:
-                break
-            failures = sum(1 for o in outcomes if o.code != ExitCode.OK)
-            if not may_continue(failures, request.max_fail):
-                stopped = (
-                    f"not started — {fleet.count(failures)} failed (--max-fail {request.max_fail})"
-                )
+            if stop.stopped or rollout.breaker.tripped:
                 break
             approved = request.yes
-            if asks:
+            acting = [host for host in batch if rollout.mode(host) is Mode.ACT]
+            if asks and acting:
                 messages.drain(out)
                 try:
                     stop.raise_here = True
                     if stop.stopped:
                         break
-                    answer = _ask_batch(out, runbook, request, batch, number, len(plan))
+                    answer = _ask_batch(out, runbook, request, acting, number, len(plan))
                 except Interrupted:
                     break
                 finally:
@@ -99,7 +96,14 @@ def fleet_run(request: Request, become: str | None) -> int:
 
             def work(host: FleetHost, approved: bool = approved) -> HostOutcome:
                 return _run_one(
-                    request, become, runbook, params, host, messages, approved, stop.for_host()
+                    request,
+                    become,
+                    runbook,
+                    params,
+                    host,
+                    messages,
+                    _BatchConsent(approved, request, rollout),
+                    stop.for_host(),
                 )
 
             outcomes += fleet.gather(
@@ -112,22 +116,89 @@ def fleet_run(request: Request, become: str | None) -> int:
                 jsonl=request.target.jsonl,
                 done_before=outcomes,
                 total=len(hosts),
+                ended=rollout.count,
             )
+        started = {o.host for o in outcomes}
         if stop.stopped:
-            started = {o.host for o in outcomes}
             for host in hosts:
                 if host.name not in started:
                     outcomes.append(
                         fleet.not_started_outcome(host, stop, (request, runbook, params))
                     )
-        elif stopped is not None:
-            started = {o.host for o in outcomes}
-            outcomes += fleet.not_started(
-                [h for h in hosts if h.name not in started], stopped, ExitCode.GOAL_NOT_MET
-            )
+        elif rollout.breaker.tripped:
+            left = [h for h in hosts if h.name not in started]
+            line = f"not started — the breaker tripped: {rollout.why()}"
+            record = {"ok": False, "breaker": rollout.breaker.to_json()}
+            for host in left:
+                outcome = HostOutcome(
+                    host.name, summary.NOT_STARTED, ExitCode.BREAKER, line, 0.0, dict(record)
+                )
+                outcomes.append(outcome)
+                if request.target.jsonl:
+                    print(json.dumps(outcome.to_json()), flush=True)
         fleet.print_summary(out, fleet.in_order(outcomes, hosts))
-        code = fleet.fleet_end(request, runbook, params, hosts, outcomes, dry_run=request.dry_run)
+        if any(o.code == ExitCode.BREAKER for o in outcomes):  # it kept something from running
+            out.line(out.style(f"The breaker tripped: {rollout.tripped_said()}", "red", "bold"))
+        code = fleet.fleet_end(
+            request,
+            runbook,
+            params,
+            hosts,
+            outcomes,
+            dry_run=request.dry_run,
+            breaker=rollout.breaker.to_json(),
+        )
         return fleet.interrupted_exit(out, stop, outcomes) if stop.stopped else code
+
+
+def _share(option: str, text: str) -> Share:
+    from runbook_runner.fleet.rollout import share
+
+    try:
+        return share(text)
+    except ValueError as error:
+        raise UsageError(f"{option} must be {error}, not {text!r}", "runbook run") from None
+
+
+class _Rollout:
+    """The breaker as the rollout goes: counted on the main thread as each host ends, read
+    by every host's consent before a destructive step (a worker thread reads one reference)."""
+
+    def __init__(self, breaker: Breaker, hosts: Sequence[FleetHost], dry_run: bool) -> None:
+        self.breaker = breaker
+        self.dry_run = dry_run
+        self._modes = {host.name: host.mode for host in hosts}
+
+    def mode(self, host: FleetHost) -> Mode:
+        """What the host may do: its group's mode; a dry run plans where it would act."""
+        return self._effective(host.mode)
+
+    def count(self, outcome: HostOutcome) -> None:
+        mode = self._effective(self._modes.get(outcome.host, Mode.ACT))
+        self.breaker = self.breaker.then(outcome.host, outcome.code, mode)
+
+    def _effective(self, mode: Mode) -> Mode:
+        return Mode.PLAN if self.dry_run and mode is Mode.ACT else mode
+
+    def why(self) -> str:
+        failed = len(self.breaker.failed)
+        return f"{fleet.count(failed)} failed (--max-fail {self.breaker.limit})"
+
+    def tripped_said(self) -> str:
+        from runbook_runner.fleet.selection import fold
+
+        return f"{self.why()}: {printable(fold(self.breaker.failed))}; no further host started"
+
+    def modes_said(self) -> str:
+        """``; observe: gpu[1-4], plan: gpu[5-8]`` where the inventory gives modes."""
+        from runbook_runner.fleet.selection import fold
+
+        said = []
+        for mode in (Mode.OBSERVE, Mode.PLAN):
+            named = [name for name, given in self._modes.items() if given is mode]
+            if named:
+                said.append(f"{mode}: {printable(fold(named))}")
+        return "; " + ", ".join(said) + " (runbook_mode)" if said else ""
 
 
 def _ask_batch(
@@ -169,17 +240,24 @@ def _ask_batch(
 class _BatchConsent:
     """A fleet's consent (the run session's, for each host): nobody is asked on a host. A
     destructive step runs with --yes or the batch's answer, a reboot with --allow-reboot;
-    the journal says 'not asked', and why, where neither was given."""
+    none once the rollout's breaker has tripped (the step in flight ends as it would). The
+    journal says 'not asked', and why, where none was given."""
 
-    def __init__(self, approved: bool, *, yes: bool, allow_reboot: bool) -> None:
-        self.approved, self.yes, self.allow_reboot = approved, yes, allow_reboot
+    def __init__(self, approved: bool, request: Request, rollout: _Rollout) -> None:
+        self.approved, self.yes, self.allow_reboot = approved, request.yes, request.allow_reboot
+        self.rollout = rollout
         self.refusals: list[str] = []
         self.reboot_blocked = False
+        self.breaker_stopped: str | None = None  # the step the breaker kept from starting
 
     def __call__(self, request: ConfirmRequest) -> Answer:
         from runbook_runner.events import Answer
 
         step = request.step
+        if self.rollout.breaker.tripped:
+            self.breaker_stopped = self.breaker_stopped or step.id
+            self.refusals.append(f"the breaker tripped before step {step.id!r}")
+            return Answer(False, f"the breaker tripped: {self.rollout.why()}", asked=False)
         if step.reboots:
             if self.allow_reboot:
                 return Answer(True, "--allow-reboot", asked=False)
@@ -207,11 +285,14 @@ def _run_one(
     params: dict[str, Any],
     host: FleetHost,
     messages: fleet.Messages,
-    approved: bool,
+    consent: _BatchConsent,
     stop: HostStop,
 ) -> HostOutcome:
     """One host's run: connect, then the run session (session.py) as on one host, with the
-    fleet's stop in place of the signal handler; its outcome as one line of the summary."""
+    fleet's stop in place of the signal handler; its outcome as one line of the summary.
+    A host of an ``observe`` group is checked, one of a ``plan`` group planned, as
+    ``runbook check`` and ``run --dry-run`` would: no lock, no journal, nothing sent that
+    changes the host."""
     from runbook_runner.cli.outcomes import run_code
     from runbook_runner.events import StepDone
     from runbook_runner.ssh.hostlock import HostLocked, LockUnavailable
@@ -219,7 +300,14 @@ def _run_one(
     started = time.monotonic()
     if stop.stop.stopped:
         return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
-    consent = _BatchConsent(approved, yes=request.yes, allow_reboot=request.allow_reboot)
+    mode = consent.rollout.mode(host)
+    if mode is Mode.OBSERVE:
+        from runbook_runner.cli.fleet_check import check_one
+
+        seen = check_one(request.target, become, runbook, params, host, messages, stop)
+        return dataclasses.replace(
+            seen, line=f"observe: {seen.line}", record={**seen.record, "mode": str(mode)}
+        )
     numbers = {step.id: index for index, step in enumerate(runbook.steps, 1)}
     style = render.Style(False)
 
@@ -234,7 +322,7 @@ def _run_one(
         with fleet.connect(request.target, become, host, messages, stop) as transport:
             if stop.stop.stopped:  # connected after the stop: nothing runs here
                 return fleet.not_started_outcome(host, stop.stop, (request, runbook, params))
-            if request.dry_run:  # the plan, as on one host: one look, no lock, no journal
+            if mode is Mode.PLAN:  # the plan, as on one host: one look, no lock, no journal
                 return _planned(request, runbook, params, host.name, transport, started)
             # Named as the inventory or node set names the host (gpu07), not by its address.
             named = dataclasses.replace(transport.target, host=host.name)
@@ -286,6 +374,7 @@ def _run_one(
     assert report is not None
     record: dict[str, Any] = {
         "ok": report.ok,
+        "mode": str(Mode.ACT),
         "reached_by": report.reached_by,
         "journal": journal_path,
         "checks": [render.check_json(r, report.runbook) for r in report.after.results]
@@ -295,6 +384,9 @@ def _run_one(
         "verdict": report.verdict.to_json(),
     }
     elapsed = time.monotonic() - started
+    if consent.breaker_stopped is not None:  # ended its step in flight, started no other
+        line = f"stopped — the breaker tripped before step {consent.breaker_stopped}"
+        return HostOutcome(host.name, summary.STOPPED, ExitCode.BREAKER, line, elapsed, record)
     code = run_code(report, dry_run=request.dry_run, reboot_blocked=consent.reboot_blocked)
     kind = summary.KIND_OF_CODE[code]
     if report.blocked is not None:  # evidence missing: stopped, never escalated (dry runs too)
@@ -348,7 +440,7 @@ def _planned(
     )
     plan, document = looked.plan, looked.document
     code = plan.exit_code
-    record = {"ok": code == ExitCode.OK, "plan": document}
+    record = {"ok": code == ExitCode.OK, "mode": str(Mode.PLAN), "plan": document}
     line = "plan: " + planview.summary(plan)
     return HostOutcome(
         name, summary.KIND_OF_CODE[code], code, line, time.monotonic() - started, record

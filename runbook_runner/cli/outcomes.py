@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runbook_runner.exitcodes import ExitCode
+from runbook_runner.plan import ledger
 from runbook_runner.status import STOPPING, StepStatus
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ def check_code(results: Iterable[CheckResult]) -> ExitCode:
 def run_code(report: RunReport, *, dry_run: bool, reboot_blocked: bool) -> ExitCode:
     """A finished run's exit code. A step whose command ran out of time and left the goal
     unmet is 8 (timed out); a reboot not allowed leaves the goal unmet (1); a "no" is 4; a
-    run whose checks hold while a GPU of the subject is still held is 9."""
+    run whose checks hold while a GPU of the subject is neither free nor serving is 9 (6
+    when its holder cannot be told): the ledger's word (plan/ledger.py)."""
     if report.blocked is not None:
         return ExitCode.CANNOT_TELL  # a dry run whose plan is blocked is not fine either
     if report.declined:
@@ -41,8 +43,9 @@ def run_code(report: RunReport, *, dry_run: bool, reboot_blocked: bool) -> ExitC
     if dry_run:
         return ExitCode.OK
     if report.ok:
-        # The goal's checks hold; a GPU of the subject still held is not "goal holds".
-        return ExitCode.SUBJECT_HELD if report.verdict.held else ExitCode.OK
+        # The goal's checks hold; a GPU of the subject neither free nor serving is not
+        # "goal holds": 9, or 6 when whose it is cannot be told (plan/ledger.py).
+        return ledger.exit_code(report.verdict.ledger, ExitCode.OK)
     stopped = [r for r in report.steps if r.status in STOPPING]
     if stopped and stopped[-1].status == StepStatus.TIMED_OUT:
         return ExitCode.TIMED_OUT

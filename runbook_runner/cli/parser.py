@@ -374,14 +374,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--break-lock", action="store_true", help="remove a stale lock left by a dead run"
     )
     run.add_argument(
-        "--serial", type=int, default=1, metavar="N", help="many hosts: N at a time (default 1)"
+        "--serial",
+        default="1",
+        metavar="N|P%",
+        help="many hosts: N hosts (or P%% of them) at a time (default 1)",
     )
     run.add_argument(
         "--max-fail",
-        type=int,
-        default=1,
-        metavar="K",
-        help="many hosts: start no more after K failed (default 1)",
+        default="1",
+        metavar="N|P%",
+        help="many hosts: the breaker trips once N hosts (or P%% of them) failed: no further "
+        "host starts, no host in flight starts another destructive step (default 1)",
     )
     plan = add(
         "plan",

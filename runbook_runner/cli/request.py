@@ -89,8 +89,8 @@ class Request:
     allow_node_wide: bool = False
     allow_local_changes: bool = False
     verbose: bool = False
-    serial: int = 1
-    max_fail: int = 1
+    serial: str = "1"  # N or P% (fleet/rollout.py reads it)
+    max_fail: str = "1"
     prometheus: str | None = None
     ansible_check: str | None = None
     scenario: str | None = None
@@ -171,8 +171,8 @@ def request_of(args: argparse.Namespace) -> Request:
         allow_node_wide=bool(_given(args, "allow_node_wide", False)),
         allow_local_changes=bool(_given(args, "allow_local_changes", False)),
         verbose=bool(_given(args, "verbose", False)),
-        serial=1 if planning else int(_given(args, "serial", 1)),
-        max_fail=1 if planning else int(_given(args, "max_fail", 1)),
+        serial="1" if planning else str(_given(args, "serial", "1")),
+        max_fail="1" if planning else str(_given(args, "max_fail", "1")),
         prometheus=_given(args, "prometheus"),
         ansible_check=_given(args, "ansible_check"),
         scenario=_given(args, "scenario"),

@@ -68,7 +68,7 @@ class Runner(Acting):
     def run(self, *, from_step: str | None = None, resume: ResumePlan | None = None) -> RunReport:
         """Walk the ladder; ``resume`` (a stopped run's plan) leaves out every step whose end
         is journalled and re-observes an in-flight step before sending anything again."""
-        report = RunReport(self.runbook)
+        report = RunReport(self.runbook, params=self.params)
         report.before = self.check_goal("before")
         moved: list[str] = []
         if self.approved is not None and resume is None:
@@ -95,7 +95,7 @@ class Runner(Acting):
             number = len(history.rungs) + 1
             if isinstance(move, ladder.Stop):
                 if move.step is not None or history.moved:
-                    report.blocked = StepRecord(
+                    blocked = StepRecord(
                         move.step.id if move.step is not None else "approved-plan",
                         StepStatus.BLOCKED,
                         self.wall_clock(),
@@ -103,13 +103,17 @@ class Runner(Acting):
                         message=move.reason,
                         left_alone=move.left_alone,
                     )
-                    report.steps.append(report.blocked)
+                    report.blocked = report.blocked or blocked
+                    report.steps.append(blocked)
                     if move.step is not None:
-                        self.on_event(StepDone(move.step, report.blocked))
+                        self.on_event(StepDone(move.step, blocked))
                 if history.moved:
                     report.after = report.before
                     return report
-                break
+                # Whatever the end, what this run stopped is put back: walk on, only the
+                # rungs that restore what it changed (ladder.History.halt).
+                history = history.halt(self.runbook, move)
+                continue
             if isinstance(move, ladder.Skip):
                 record = StepRecord(
                     move.step.id,
@@ -143,6 +147,6 @@ class Runner(Acting):
 
     def look(self) -> RunReport:
         """One look at the host, nothing sent that changes it (a session's dry run)."""
-        report = RunReport(self.runbook)
+        report = RunReport(self.runbook, params=self.params)
         report.before = report.after = self.check_goal("before")
         return report

@@ -3,7 +3,8 @@
 Pure: text in, an :class:`Inventory` out, :class:`InventoryError` (``file:line: message``)
 for anything it cannot read. Only the connection variables matter here:
 ``ansible_host``, ``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``
-(and their old ``ansible_ssh_*`` spellings). Host ranges ``gpu[01:04]`` and
+(and their old ``ansible_ssh_*`` spellings), and one of ours: ``runbook_mode`` (observe, plan
+or act: what a rollout may do on the host, fleet/rollout.py). Host ranges ``gpu[01:04]`` and
 ``node[1:9:2]`` expand as Ansible expands them.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
+from runbook_runner.fleet.rollout import Mode
 
 ALIASES = {
     "ansible_host": "host",
@@ -26,6 +28,7 @@ ALIASES = {
     "ansible_ssh_user": "user",
     "ansible_ssh_private_key_file": "identity",
     "ansible_private_key_file": "identity",
+    "runbook_mode": "mode",
 }
 
 
@@ -46,6 +49,7 @@ class HostVars:
     port: int | None = None
     user: str | None = None
     identity: str | None = None
+    mode: Mode | None = None  # runbook_mode; None: act
 
 
 @dataclass(frozen=True)
@@ -180,12 +184,19 @@ def _host_vars(name: str, variables: Mapping[str, Any], source: str) -> HostVars
             ) from None
         if not 0 < port < 65536:
             raise InventoryError(f"{source}: host {name}: ansible_port {port} is out of range")
+    mode = values.get("mode")
+    if mode is not None and str(mode) not in {m.value for m in Mode}:
+        raise InventoryError(
+            f"{source}: host {name}: runbook_mode {str(mode)[:40]!r} is not one of "
+            "observe, plan, act"
+        )
     return HostVars(
         name=name,
         host=str(values["host"]) if "host" in values else None,
         port=port,
         user=str(values["user"]) if "user" in values else None,
         identity=str(values["identity"]) if "identity" in values else None,
+        mode=Mode(str(mode)) if mode is not None else None,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.fleet.inventory import HostVars, Inventory
+from runbook_runner.fleet.rollout import Mode
 
 
 class SelectionError(RunbookRunnerError):
@@ -32,6 +33,7 @@ class FleetHost:
     )
     port: int | None = None
     identity: str | None = None
+    mode: Mode = Mode.ACT  # the inventory's runbook_mode: observe, plan or act
 
 
 MAX_HOSTS = 100_000  # the default of --max-hosts
@@ -317,6 +319,7 @@ def select(
                 address=known.host if known else None,
                 port=known.port if known else None,
                 identity=known.identity if known else None,
+                mode=(known.mode or Mode.ACT) if known else Mode.ACT,
             )
         )
     return hosts

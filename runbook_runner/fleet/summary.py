@@ -30,6 +30,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.JOURNAL,
     ExitCode.DECLINED,
     ExitCode.NOT_APPROVED,  # run --plan (one host only): a command the plan does not have
+    ExitCode.BREAKER,  # a rollout's breaker tripped: hosts were left not started
     ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
 )
@@ -46,6 +47,7 @@ class HostKind(Word):
     UNREACHABLE = "unreachable"  # connection refused, timed out, DNS, no SSH server
     REFUSED = "refused"  # authentication or host key refused
     NOT_STARTED = "not started"  # a rollout stopped before this host (--max-fail, a "no", a signal)
+    STOPPED = "stopped"  # the rollout's breaker tripped while it ran: no further destructive step
     DECLINED = "declined"
     LOCKED = "locked"
     INTERRUPTED = "interrupted"  # a signal ended the run on this host (the command ended there)
@@ -63,6 +65,7 @@ CANNOT_TELL = HostKind.CANNOT_TELL
 UNREACHABLE = HostKind.UNREACHABLE
 REFUSED = HostKind.REFUSED
 NOT_STARTED = HostKind.NOT_STARTED
+STOPPED = HostKind.STOPPED
 DECLINED = HostKind.DECLINED
 LOCKED = HostKind.LOCKED
 INTERRUPTED = HostKind.INTERRUPTED
@@ -85,6 +88,7 @@ PROGRESS_KINDS = (
     BAD_INPUT,
     ERROR,
     INTERRUPTED,
+    STOPPED,
     NOT_STARTED,
 )
 
@@ -101,6 +105,7 @@ KIND_OF_CODE: dict[ExitCode, str] = {
     ExitCode.TIMED_OUT: TIMED_OUT,
     ExitCode.SUBJECT_HELD: SUBJECT_HELD,
     ExitCode.NOT_APPROVED: BAD_INPUT,
+    ExitCode.BREAKER: NOT_STARTED,
     ExitCode.INTERNAL: ERROR,
     ExitCode.INTERRUPTED: INTERRUPTED,
 }

@@ -118,11 +118,12 @@ def _expected_types(types: str | list[str]) -> str:
     return " or ".join(names)
 
 
-def validate(source: Source) -> list[Problem]:
-    """Every schema violation in the document, as positioned problems."""
+def validate(source: Source, against: dict[str, Any] | None = None) -> list[Problem]:
+    """Every violation of the runbook schema (or of ``against``, another of ours) in the
+    document, as positioned problems."""
     from jsonschema import Draft202012Validator  # imported here: it is slow to import
 
-    validator = Draft202012Validator(schema())
+    validator = Draft202012Validator(against or schema())
     errors = list(validator.iter_errors(source.data))
     # A mapping with a mistyped key: "expected either 'command' or 'text'", or "missing
     # required key 'title'" when the typo is 'titel', only confuse next to the message on

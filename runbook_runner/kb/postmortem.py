@@ -12,6 +12,7 @@ include (``--8<--``), an abbreviation or one of the site's ``{{ fig.* }}`` place
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,23 @@ from runbook_runner.kb.timeline import outcome, secs, state_tables, timeline
 from runbook_runner.status import StepStatus
 
 TODO = "TODO"
+# A check of the recovery runbooks that failed before the run, and the fault class it shows.
+FAULT_OF_CHECK = {
+    "gpu-memory-released": "gpu-memory-held",
+    "host-memory-available": "host-memory",
+    "broken-server-gone": "crashed-server",
+    "crash-loop-ended": "crash-loop",
+    "holders-attributed": "ownership",
+    "no-xid-needs-reboot": "xid",
+    "no-gpu-to-drain": "xid",
+    "no-nvlink-fault": "nvlink",
+    "gpus-answer": "gpu-unresponsive",
+    "driver-loaded": "driver",
+    "driver-matches-library": "driver",
+    "hicache-fits": "sizing",
+    "offload-fits": "sizing",
+    "kv-offload-fits-dev-shm": "sizing",
+}
 
 
 @dataclass(frozen=True)
@@ -149,6 +167,9 @@ def draft(
     ]
     if linked:
         front.append(f"runbooks: [{yaml_string(runbook)}]")
+    # The index's fields (incident.schema.json), each one line of JSON, which YAML reads.
+    fields = from_journal(events, str((scenario or {}).get("page") or ""))
+    front += [f"{key}: {json.dumps(value)}" for key, value in fields.items()]
     front += ["tags:", "  - postmortem"] + (["  - drill"] if drill_name else []) + ["---", ""]
     body = [f"# {text(title, 200)}", ""]
     if drill_name:
@@ -302,6 +323,53 @@ def _last_labelled(events: Sequence[Mapping[str, Any]], label: str) -> Mapping[s
         (e for e in reversed(events) if e.get("event") == "observed" and e.get("label") == label),
         {},
     )
+
+
+def from_journal(events: Sequence[Mapping[str, Any]], pitfall_page: str = "") -> dict[str, Any]:
+    """The incident fields a run's journal can fill: the GPUs the run acted on, the fault
+    classes of the checks that failed before it, the rung that reached the goal, and the
+    times (detected: the run's start; acted: the first confirmed action; recovered: its end,
+    if the goal held). ``pitfall_page``: a drill scenario's page, which the run teaches."""
+    nothing: Mapping[str, Any] = {}
+    start = next((e for e in events if e.get("event") == "run-start"), nothing)
+    end = next((e for e in reversed(events) if e.get("event") == "run-end"), nothing)
+    before = next(
+        (e for e in events if e.get("event") == "observed" and e.get("label") == "before"),
+        nothing,
+    )
+    host = str(start.get("host") or "unknown")
+    gpus: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") != "step-start":
+            continue
+        for item in e.get("items") or []:
+            if isinstance(item, Mapping) and isinstance(item.get("index"), int):
+                gpu = {"host": host, "index": item["index"]}
+                gpu.update({k: str(item[k]) for k in ("uuid", "serial") if item.get(k)})
+                gpus.setdefault(item["index"], gpu)
+    failed = [c.get("name") for c in before.get("checks") or [] if c.get("ok") is False]
+    faults = sorted({FAULT_OF_CHECK[n] for n in failed if n in FAULT_OF_CHECK}) or ["unknown"]
+    acted = next((e.get("t") for e in events if e.get("event") == "confirmation"), None)
+    ok = bool(end.get("ok"))
+    rung = end.get("reached_by") if ok else None
+    pitfall = pitfall_page.split("#")[0].removeprefix("pitfalls/").removesuffix(".md")
+    return {
+        "incident": str(start.get("run") or "unknown"),
+        "gpus": [gpus[i] for i in sorted(gpus)],
+        "fault": faults,
+        "recovered": {
+            "how": "automatic" if ok else "not-recovered",
+            "runbook": start.get("runbook"),
+            "rung": rung,
+        },
+        "times": {
+            "clock": "simulated" if start.get("simulated_time") else "wall",
+            "detected": start.get("t") or "unknown",
+            "acted": acted or "unknown",
+            "recovered": (end.get("t") if ok else None) or "unknown",
+        },
+        "pitfalls": [pitfall] if pitfall_page.startswith("pitfalls/") else [],
+    }
 
 
 def add_to_nav(mkdocs_yml: str, title: str, path: str, section: str = "Postmortems") -> str:

@@ -227,7 +227,7 @@ PARSERS: dict[str, Parser] = {
         _owners,
         "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args; echo '@@ fuser'; "
         "fuser -v /dev/nvidia* 2>&1; then, optional, '@@ proc' (PID KEY=VALUE: environment, "
-        "loginuid, mount), '@@ listening' (ss -ltnp), '@@ mps' (server S, client S C); "
+        "loginuid, exe, mount), '@@ listening' (ss -ltnp), '@@ mps' (server S, client S C); "
         "echo '@@ end' (classified by the runbook's subject)",
         "ps and fuser",
     ),

@@ -37,6 +37,7 @@ _PROCESS_OWNERS = (
     "|RAY_JOB_ID|RAY_ADDRESS|RAY_NODE_ID|CUDA_VISIBLE_DEVICES)=' "
     '| sed "s/^/$p /"; '
     'echo "$p loginuid=$(cat /proc/$p/loginuid 2>/dev/null)"; '
+    "echo \"$p exe=$(readlink /proc/$p/exe 2>/dev/null | tr '\\n' ' ')\"; "
     "cat /proc/$p/mountinfo 2>/dev/null "
     '| awk \'$5 == "/etc/hostname" || $5 == "/etc/hosts" {print $4}\' '
     '| sed "s|^|$p mount=|"; '
@@ -98,8 +99,8 @@ OWN_COMMANDS: dict[str, OwnCommand] = {
         "classified against the subject with its evidence; a live server's health endpoint is "
         "asked (its --port, else the one port its launcher listens on, else the kind's "
         "default). For each holder, what else names its owner: its environment (SLURM_JOB_ID, "
-        "KUBERNETES_*, RAY_*, CUDA_VISIBLE_DEVICES), login uid, the container of its "
-        "/etc/hostname (mountinfo); and the MPS control daemon's clients.",
+        "KUBERNETES_*, RAY_*, CUDA_VISIBLE_DEVICES), login uid, executable (/proc/PID/exe), "
+        "the container of its /etc/hostname (mountinfo); and the MPS control daemon's clients.",
     ),
     "gpus-detail": OwnCommand(
         _GPUS_DETAIL,

@@ -16,6 +16,11 @@ kernel's "no limit", 9223372036854771712 on 4 KiB pages) are no limit; where bot
 set, the smaller wins. Inside a container (``/.dockerenv`` or ``/run/.containerenv``)
 whose limit cannot be read at all, the limit cannot be told: a parse error, so a check
 over it says "cannot tell" rather than trusting ``free``, which shows the host's memory.
+
+The files are those of the cgroup the reading shell runs in (``/sys/fs/cgroup`` as that
+shell's mount namespace shows it), not necessarily the server's: a server in another
+container, or in a systemd unit with its own ``MemoryMax=``, has a limit this does not see.
+The preflights say so in their messages; run them inside the server's container.
 """
 
 from __future__ import annotations

@@ -9,6 +9,14 @@ gives its ``MIG Device`` blocks and, in ``Processes``, each process's GPU and co
 instance: a process there with an instance ID is an instance in use
 (tests/fixtures/nvidia-smi/q-590.48.01-h200-mig-idle.txt, q-590.48.01-h200-load.txt).
 
+What the driver says a GPU needs is read where it prints it: ``GPU Recovery Action`` (driver
+570 and later; NVML's ``nvmlDeviceGpuRecoveryAction_t``, see :data:`RECOVERY_ACTIONS` of
+the state) and, in ``Remapped Rows``, ``Pending`` (a remapping waits for the GPU's reset:
+NVML's ``nvmlDeviceGetRemappedRows`` isPending) and ``Remapping Failure Occurred`` (a
+remapping failed in the past: failureOccurred), both Yes / No as the CSV query prints them
+(NVIDIA/go-nvml gen/nvml/nvml.h at 2f9e261fe40a). A section printed as ``N/A`` (MIG with
+active instances, a GPU before Ampere) or a line not printed (an older driver) is None.
+
 Failures nvidia-smi prints instead of a report become :class:`NvidiaSmiFailure`; a GPU that
 answers with a fault (its values ``Unknown Error``, ``GPU is lost``, ``GPU requires reset``,
 or a device-handle line in place of its block, or a per-GPU retry's ``@@ timed-out``) while
@@ -38,6 +46,22 @@ _TOP_KEYS = {
     "Persistence Mode": "persistence_mode",
 }
 _MEMORY_KEYS = {"Total": "memory_total_mib", "Used": "memory_used_mib", "Free": "memory_free_mib"}
+_REMAP_KEYS = {
+    "Pending": "remapped_rows_pending",
+    "Remapping Failure Occurred": "remapped_rows_failure",
+}
+# How nvidia-smi prints each recovery action (letters only, lower case) -> the state's word.
+_RECOVERY = {
+    "none": "none",
+    "reset": "gpu-reset",
+    "gpureset": "gpu-reset",
+    "reboot": "node-reboot",
+    "nodereboot": "node-reboot",
+    "drainp2p": "drain-p2p",
+    "drainandreset": "drain-and-reset",
+    "drainp2pandreset": "drain-and-reset",
+    "recoverimexdomain": "recover-imex-domain",
+}
 _NUMBERS = {"minor_number", "memory_total_mib", "memory_used_mib", "memory_free_mib"}
 # What NVML's errors read as in a value of -q (bracketed in CSV, bare or bracketed here).
 _VALUE_FAULTS = (
@@ -45,6 +69,16 @@ _VALUE_FAULTS = (
     ("reset-required", "GPU requires reset"),
     ("unknown-error", "Unknown Error"),
 )
+
+
+def recovery_action(value: str) -> str | None:
+    """``Reboot`` -> ``node-reboot`` (RECOVERY_ACTIONS); N/A or a bracketed error -> None; a
+    value nvidia-smi may print one day and this does not know -> itself, hyphenated, so a
+    check that wants ``none`` still sees that the driver asks for something."""
+    if value.startswith(("N/A", "[")):
+        return None
+    letters = re.sub(r"[^a-z0-9]", "", value.lower())
+    return _RECOVERY.get(letters) or re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
 
 
 def _value_fault(value: str) -> str:
@@ -72,10 +106,14 @@ class _Block:
         if fault and not self.fault:
             self.fault = fault
         field = None
-        if indent == 4:
+        if indent == 4 and key == "GPU Recovery Action":
+            self.values["recovery_action"] = None if fault else recovery_action(value)
+        elif indent == 4:
             field = _TOP_KEYS.get(key)
         elif indent == 8 and section == "FB Memory Usage":
             field = _MEMORY_KEYS.get(key)
+        elif indent == 8 and section == "Remapped Rows":
+            field = _REMAP_KEYS.get(key)
         elif indent == 8 and section == "MIG Mode" and key == "Current":
             self.values["mig_mode"] = None if value.startswith(("N/A", "[")) else value
         elif indent == 8 and section == "Processes":

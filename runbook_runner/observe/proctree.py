@@ -8,15 +8,28 @@ and its cgroup, then which NVIDIA device files each holds.
 device file and would only fill the output. The cgroup says who started a process, whatever it renamed itself to: a systemd unit
 (``/system.slice/sglang.service``), a container (``docker-ID.scope``, ``/kubepods/...``,
 ``libpod-ID.scope``), a Slurm job (``/job_1234/``), a login session
-(``/user.slice/user-1000.slice/session-3.scope``). cgroup v1 lists one path per
-controller (``12:pids:/...,11:memory:/...``); the unified (``0::``), the systemd and the
-pids hierarchies are read, in that order.
+(``/user.slice/user-1000.slice/session-3.scope``), a user's own unit (its service manager's
+subtree, ``/user.slice/user-1000.slice/user@1000.service/app.slice/sglang.service``). cgroup
+v1 lists one path per controller (``12:pids:/...,11:memory:/...``); the unified (``0::``),
+the systemd and the pids hierarchies are read, in that order.
+
+A system unit is the first ``*.service`` reached from the root through slices only, outside
+``user.slice`` (``/system.slice/sglang.service``, a template's
+``/system.slice/system-sglang.slice/sglang@a.service``, one given ``Slice=gpu.slice``): a
+unit's processes sit in its own cgroup below its slice (systemd.slice(5)). PID 1 starts each
+user's own service manager as ``user@UID.service`` under ``user.slice/user-UID.slice``, and
+that manager runs "a hierarchy of its own units" below it (user@.service(5),
+https://man.archlinux.org/man/user@.service.5): a ``sglang.service`` there is that user's
+(``systemd-run --user --unit=sglang``), never the system's. Whatever lies below a unit's own
+cgroup is that unit's (delegated to it), however it is named.
 
 Then, for each holder of a /dev/nvidia* file (``fuser`` without ``-v`` prints only PIDs),
 what else says whose it is, one ``PID KEY=VALUE`` line each (``@@ proc``): the variables
 of its environment that name an owner (``SLURM_JOB_ID``, ``KUBERNETES_SERVICE_HOST``,
 ``RAY_RAYLET_PID`` ...) and ``CUDA_VISIBLE_DEVICES``, its ``loginuid``
-(``/proc/PID/loginuid``: 4294967295 is unset) and the root of the files bind-mounted on its
+(``/proc/PID/loginuid``: 4294967295 is unset), its executable (``exe``: where
+``/proc/PID/exe`` points, which the process cannot rename as it can its command line) and
+the root of the files bind-mounted on its
 ``/etc/hostname`` or ``/etc/hosts`` (``/proc/PID/mountinfo``: a container's, from its
 runtime's folder). ``@@ listening`` is ``ss -ltnp`` (which PID listens on which TCP port);
 ``@@ mps`` the MPS control daemon's servers and their clients (``server SPID``,
@@ -49,7 +62,7 @@ _CONTAINER = (
     (re.compile(r"/kubepods[^,;]*?/pod(?P<id>[0-9a-f_-]{8,})"), "kubernetes pod"),
 )
 _SLURM_JOB = re.compile(r"/job_(?P<id>\d+)(?:/|$)")
-_UNIT = re.compile(r"(?:^|/)(?P<unit>[^/]+\.service)(?:/|$)")
+_USER_MANAGER = re.compile(r"^user@(?P<uid>\d+)\.service$")
 _SESSION = re.compile(r"/user-(?P<uid>\d+)\.slice/(?:[^/]+/)*(?P<scope>session-[^/]+\.scope)")
 
 
@@ -72,8 +85,9 @@ def cgroup_path(value: str) -> str | None:
 
 
 def owner_of_cgroup(path: str | None) -> tuple[str, str]:
-    """(kind, name) of the cgroup's owner: 'container', 'slurm-job', 'unit', 'session',
-    or ('', '') when the path names none (the root, an unknown layout)."""
+    """(kind, name) of the cgroup's owner: 'container', 'slurm-job', 'unit' (a system
+    unit), 'user-unit' (a user's own), 'session', or ('', '') when the path names none (the
+    root, an unknown layout)."""
     if path is None:
         return "", ""
     for pattern, engine in _CONTAINER:
@@ -83,13 +97,33 @@ def owner_of_cgroup(path: str | None) -> tuple[str, str]:
     job = _SLURM_JOB.search(path)
     if job is not None:
         return "slurm-job", f"job {job['id']}"
-    units = _UNIT.findall(path)
-    if units:
-        return "unit", units[-1]  # the innermost service: a unit's own sub-cgroups
+    unit = _unit_of(path)
+    if unit:
+        return unit
     session = _SESSION.search(path)
     if session is not None:
         return "session", f"{session['scope'].removesuffix('.scope')} of uid {session['uid']}"
     return "", ""
+
+
+def _unit_of(path: str) -> tuple[str, str] | None:
+    """A systemd unit's ('unit', NAME), a user's own unit's ('user-unit', 'NAME of uid N'),
+    or None: the first ``*.service`` reached through slices only is the one systemd runs
+    (below it is its own subtree); a user's service manager's subtree holds that user's."""
+    parts = [p for p in path.split("/") if p]
+    for depth, part in enumerate(parts):
+        if part.endswith(".slice"):
+            continue
+        if not part.endswith(".service"):
+            return None  # a scope, a container's or a job's folder: not a unit's
+        manager = _USER_MANAGER.match(part)
+        if manager is not None and parts[0] == "user.slice":
+            inner = next((p for p in parts[depth + 1 :] if p.endswith(".service")), part)
+            return "user-unit", f"{inner} of uid {manager['uid']}"
+        if parts[0] == "user.slice":
+            return None  # a service placed in a user's slice: no system unit of ours
+        return "unit", part
+    return None
 
 
 _PROC_LINE = re.compile(r"^(?P<pid>\d+) (?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
@@ -134,6 +168,8 @@ def proc_facts(lines: list[str]) -> dict[int, dict[str, object]]:
             found["cuda_visible_devices"] = value
         elif key == "loginuid" and value.isdigit() and int(value) != _LOGIN_UNSET:
             found["loginuid"] = int(value)
+        elif key == "exe" and value.startswith("/"):
+            found["executable"] = value
         elif key == "mount" and container_of_mount(value):
             found.setdefault("container_id", container_of_mount(value))
     return facts

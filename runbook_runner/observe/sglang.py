@@ -9,7 +9,11 @@ that a runbook can fall back to its parameters (``coalesce``).
 
 The ranks the launch puts on this host are counted as the server counts them
 (observe/sizing.py): ``tp x pp x (dp unless --enable-dp-attention) / nnodes``; a layout
-that rule cannot count is a parse error that says why (a check over it cannot tell).
+that rule cannot count is a parse error that says why (a check over it cannot tell). So is
+a launch whose ranks pin host pools besides ``--hicache-size`` that no flag sizes
+(a speculative draft, a DSA indexer, hybrid SWA or Mamba state: ``sizing.sglang_extra_pools``).
+``--hicache-size`` is a whole number of GB; ``0`` (SGLang's default) means "use the ratio",
+so it reads as not given.
 
 The text is either a launch command alone, ``ps -eo args`` of a host (the first SGLang
 launch among its lines), or both: a first line ``launch: COMMAND`` (the planned launch a
@@ -46,6 +50,9 @@ _VALUED = {
     "--hicache-ratio": "hicache_ratio",
     "--hicache-host-memory-fraction": "hicache_host_memory_fraction",
     "--mem-fraction-static": "mem_fraction_static",
+    "--speculative-algorithm": "speculative_algorithm",
+    "--speculative-algo": "speculative_algorithm",
+    "--attention-backend": "attention_backend",
     "--model-path": "model_path",
     "--model": "model_path",
 }
@@ -55,10 +62,12 @@ _TYPES = {
     "pp_size": int,
     "nnodes": int,
     "ep_size": int,
-    "hicache_size_gb": float,
+    "hicache_size_gb": int,
     "hicache_ratio": float,
     "hicache_host_memory_fraction": float,
     "mem_fraction_static": float,
+    "speculative_algorithm": str,
+    "attention_backend": str,
     "model_path": str,
 }
 
@@ -124,6 +133,15 @@ def _counted(config: LaunchConfig, launched: bool) -> LaunchConfig:
     )
     if ranks.count is None:
         raise ParseError(f"the ranks on this host cannot be counted: {ranks.how}: {ranks.why}")
+    pools = sizing.sglang_extra_pools(
+        config.speculative_algorithm, config.model_path, config.attention_backend
+    )
+    if pools:
+        named = "; ".join(f"{pool.value} ({pool.source.url})" for pool in pools)
+        raise ParseError(
+            f"each of the {ranks.count} ranks also pins {named}, beside --hicache-size and "
+            "sized by the model's layers: how much host memory the launch takes cannot be told"
+        )
     return dataclasses.replace(config, ranks_per_host=ranks.count, ranks_how=ranks.how)
 
 
@@ -134,4 +152,6 @@ def _flags(text: str) -> LaunchConfig:
         values["hicache_enabled"] = True
     if "--enable-dp-attention" in flags:
         values["dp_attention"] = True
+    if values.get("hicache_size_gb") == 0:  # SGLang's default: size by --hicache-ratio
+        del values["hicache_size_gb"]
     return LaunchConfig(**values)  # type: ignore[arg-type]

@@ -18,17 +18,19 @@ source; the links are in docs/pitfalls/vllm-lmcache-offload.md):
   ``cpu_offload_factor = 1``.
 - The workers on this host are ``tp x pp x dp / nnodes`` (``--data-parallel-size-local``,
   when given, is the engines on this host): ``workers_per_host``.
-- ``--kv-offloading-size`` with the default connector (backend ``native``): the **total**,
-  which vLLM divides among the TP x PP workers (vllm/v1/kv_offload/cpu/spec.py divides by the
-  world size). Pinned once in total: ``kv_offload_each_worker = 0``.
+- ``--kv-offloading-size`` with the default connector (backend ``native``): one **engine's**
+  total, which vLLM divides among that engine's TP x PP workers
+  (vllm/v1/kv_offload/cpu/spec.py divides by ``parallel_config.world_size``, which has no
+  DP factor), so every data-parallel engine on the host holds it again, each in its own
+  /dev/shm file: ``kv_offload_copies`` is the engines on this host.
 - The same with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1`` (the SimpleCPUOffloadConnector): builds
-  before the connector divided by the world size gave **each worker the whole value**, so
-  the host pins TP x PP times it; newer builds divide. The launch line does not say which
-  build runs, so the worst case is taken: ``kv_offload_each_worker = 1``.
+  before the connector divided by the world size gave **each worker the whole value**; the
+  launch line does not say which build runs, so the worst case is taken:
+  ``kv_offload_copies`` is the workers on this host.
 - ``--kv-offloading-backend lmcache``: older builds give each worker value / (TP x PP) as
-  LMCache's ``max_local_cpu_size``; newer ones start LMCache's multi-process connector and
-  do not pass the size at all (LMCache's own server sizes its pool). The launch cannot tell:
-  ``kv_offload_each_worker = None``, and a check over it cannot tell either.
+  LMCache's ``max_local_cpu_size`` (GiB); newer ones start LMCache's multi-process connector
+  and do not pass the size at all (LMCache's own server sizes its pool). The launch cannot
+  tell: ``kv_offload_copies = None``, and a check over it cannot tell either.
 
 The environment variable counts when it is written on the launch line (``VAR=1 vllm serve``,
 ``env VAR=1 ...``, ``export VAR=1; ...``); one set elsewhere (a systemd unit, a shell
@@ -85,7 +87,8 @@ _TYPES = {
 }
 SIMPLE_ENV = "VLLM_USE_SIMPLE_KV_OFFLOAD"
 # The documented workaround for --cpu-offload-gb's rounding (vLLM #56410, PR #32993):
-# offloaded weights in exact, unpinned buffers.
+# offloaded weights in exact-size pinned buffers (cudaHostAlloc, vLLM #58178), not through
+# PyTorch's rounding allocator.
 EXACT_PIN_ENV = "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY"
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -116,9 +119,6 @@ def kv_offload_path(backend: str | None, size: float | None, simple: bool) -> st
     return "simple" if simple else "native"
 
 
-EACH_WORKER = {None: 0, "native": 0, "simple": 1, "lmcache": None}
-
-
 def _int(values: dict[str, object], name: str) -> int | None:
     value = values.get(name)
     return value if isinstance(value, int) else None
@@ -135,11 +135,11 @@ def parse_launch(text: str) -> VllmLaunchConfig:
         simple_offload(words),
     )
     values["kv_offload_path"] = path
-    values["kv_offload_each_worker"] = EACH_WORKER.get(path)
     values["kv_offload_factor"] = sizing.KV_OFFLOAD_FACTOR.get(path) if path else None
     if env_set(words, EXACT_PIN_ENV):  # else the runbook's budget (up to 2x) holds
         values["cpu_offload_factor"] = sizing.cpu_offload_factor(exact_pins=True)
 
+    here = 1  # no launch: the runbook's parameters give one engine
     if words:  # a launch given: its layout, vLLM's defaults for what it does not say
         workers = sizing.vllm_workers(
             _int(values, "tp_size"),
@@ -152,6 +152,9 @@ def parse_launch(text: str) -> VllmLaunchConfig:
             raise ParseError(
                 f"the workers on this host cannot be counted: {workers.how}: {workers.why}"
             )
-        values["workers_per_host"] = workers.count
+        here = values["workers_per_host"] = workers.count
         values["workers_how"] = workers.how
+    values["kv_offload_copies"] = sizing.vllm_kv_copies(
+        path, here, _int(values, "tp_size"), _int(values, "pp_size")
+    )
     return VllmLaunchConfig(**values)  # type: ignore[arg-type]

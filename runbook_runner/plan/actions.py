@@ -6,11 +6,12 @@ Pure data, shared by the planner (plan/planner.py), the prediction of the run's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.expect import CheckResult
 from runbook_runner.plan.identity import Target
+from runbook_runner.plan.ledger import Ledger, exit_code
 from runbook_runner.runbook import Runbook, Step
 from runbook_runner.status import Word
 
@@ -76,6 +77,7 @@ class Plan:
     unfixable: tuple[str, ...]  # failing goal checks no step of the plan addresses
     ending: Ending
     gate: str | None = None  # the gate the first action needs, for NEEDS_GATE
+    ledger: Ledger = field(default_factory=Ledger)  # GPUs no rung would change (foreseen)
 
     @property
     def first(self) -> tuple[Action, ...]:
@@ -88,7 +90,7 @@ class Plan:
             # A reboot not allowed leaves the goal unmet (1); a node-wide rung beside
             # another owner stops as "cannot tell" (6), as the run does.
             return ExitCode.GOAL_NOT_MET if self.gate == REBOOT_GATE else ExitCode.CANNOT_TELL
-        return ENDING_CODE[self.ending]
+        return exit_code(self.ledger, ENDING_CODE[self.ending])
 
 
 def addressed(step: Step) -> set[str]:

@@ -176,27 +176,29 @@ def reset_reach(minor: int, fabric: Sequence[GpuFabric]) -> Reach:
     gpu = by_minor.get(minor)
     if gpu is None:
         return Reach(None, f"/dev/nvidia{minor} is not in the GPU fabric report")
+    place = generation(gpu)
+    arch = gpu.architecture or gpu.name or "?"
+    # What the architecture alone decides needs no topology: a failed topo -m narrows
+    # nothing it would not have shown (Hopper and later: each GPU alone, whatever links it).
+    if place is not None and place >= HOPPER:
+        return Reach(
+            frozenset({minor}), f"{arch} (Hopper or later): each GPU is reset individually"
+        )
+    if place is not None and place >= AMPERE and gpu.fabric_manager == "active":
+        return Reach(
+            frozenset({minor}),
+            f"{arch} (Ampere) with Fabric Manager running: each GPU is reset individually",
+        )
     if gpu.nvlink_peers is None:
         return Reach(
             None, f"nvidia-smi topo -m did not say which GPUs /dev/nvidia{minor} has NVLinks to"
         )
     if not gpu.nvlink_peers:
         return Reach(frozenset({minor}), "no NVLink: the reset reaches this GPU alone")
-    place = generation(gpu)
-    arch = gpu.architecture or gpu.name or "?"
     if place is None:
         return Reach(None, f"the architecture of {arch} is not known here, and it has NVLinks")
-    if place >= HOPPER:
-        return Reach(
-            frozenset({minor}), f"{arch} (Hopper or later): each GPU is reset individually"
-        )
     if place >= AMPERE:
         manager = gpu.fabric_manager
-        if manager == "active":
-            return Reach(
-                frozenset({minor}),
-                f"{arch} (Ampere) with Fabric Manager running: each GPU is reset individually",
-            )
         if not manager:
             return Reach(
                 None, f"{arch} (Ampere) with NVLinks, and whether Fabric Manager runs was not read"

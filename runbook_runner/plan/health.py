@@ -9,6 +9,7 @@ anything else (no curl, an odd exit) is "cannot tell", which never leads to an a
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,3 +95,28 @@ def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str)
         Health.CANNOT_TELL,
         f"the health request exited {exit_status}" + (f": {said}" if said else ""),
     )
+
+
+def launcher_port(subject: Subject, launcher: ProcessOwner) -> tuple[int | None, str]:
+    """The port to ask a launcher's health on, and how it was told: its ``--port``; else the
+    one port it listens on (``ss -ltnp``: a port set in a config file is not on the command
+    line); else, of several, the kind's default if it is one of them; else the kind's
+    default (a launcher that listens on nothing yet is loading). Several ports, none the
+    default: (None, why). Never another process's command line: a port is the launcher's."""
+    command = launcher.command or ""
+    flagged = dataclasses.replace(subject, ports=()).port_of(command)
+    if flagged is not None:
+        return flagged, "its --port"
+    default = subject.port_of(command)
+    listening = [int(p) for p in (launcher.listening or "").split(",") if p.isdigit()]
+    if len(listening) == 1:
+        return listening[0], "the one port its launcher listens on (ss -ltnp)"
+    if listening and default in listening:
+        return default, "its kind's default, one of the ports its launcher listens on (ss -ltnp)"
+    if listening:
+        ports = ", ".join(str(p) for p in listening)
+        return None, (
+            f"its launcher listens on ports {ports} (ss -ltnp), no --port says which serves "
+            "its health, and none is its kind's default"
+        )
+    return default, "its kind's default" if default is not None else ""

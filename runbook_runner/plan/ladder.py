@@ -82,6 +82,8 @@ class History:
     changed: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     in_flight: str | None = None  # a resumed run's step whose command may have been sent
     moved: tuple[str, ...] = ()  # a saved plan's targets that moved since it was made
+    halted: Stop | None = None  # why the run stopped; only put-back rungs are left to walk
+    halted_at: int = -1  # how many rungs had ended when it stopped
 
     @classmethod
     def start(
@@ -114,6 +116,26 @@ class History:
         }:
             changed[rung.step] = [*changed.get(rung.step, ()), *acted]
         return replace(self, rungs=(*self.rungs, rung), changed=changed)
+
+    def halt(self, runbook: Runbook, stop: Stop) -> History:
+        """The history once the run stopped (a rung blocked, a "no", a failure under
+        ``on_failure: stop``): what is left to walk is only the rungs that put back what
+        this run changed (restored_steps: a unit it stopped, a GPU it took out of
+        persistence), whatever the end. The first stop is the run's reason."""
+        done = len(self.rungs)
+        rest = self.order[done:]
+        if stop.step is not None and rest and rest[0] == stop.step.id:
+            rest = rest[1:]
+        acted = {name for name, items in self.changed.items() if items}
+        back = tuple(
+            name for name in rest if set(restored_steps(runbook, step_of(runbook, name))) & acted
+        )
+        return replace(
+            self,
+            order=(*self.order[:done], *back),
+            halted=self.halted or stop,
+            halted_at=done,
+        )
 
     @property
     def next_step(self) -> str | None:
@@ -224,7 +246,7 @@ def needs(runbook: Runbook, history: History) -> list[str]:
 
 def _ended(runbook: Runbook, history: History) -> Stop | None:
     """Whether the last rung ended the run (a "no", a failure under on_failure: stop)."""
-    if not history.rungs:
+    if not history.rungs or len(history.rungs) == history.halted_at:
         return None
     last = history.rungs[-1]
     step = step_of(runbook, last.step)
@@ -256,7 +278,7 @@ def next_move(
         return stopped
     name = history.next_step
     if name is None:
-        return Done()
+        return Done(history.halted.reason) if history.halted is not None else Done()
     step = step_of(runbook, name)
     if history.in_flight == step.id:
         wanted = expected(runbook, step)

@@ -5,14 +5,16 @@ systemd knows a unit's processes by its cgroup, whatever they renamed themselves
 Slurm knows a job's by the job's cgroup. Here a process is classified from the same
 records, read from the host (``observe/proctree.py``):
 
-- **ours**: in a unit the subject names, or its command line is the subject's launcher
-  or worker, or it descends from such a process (workers that renamed themselves);
+- **ours**: in a system unit the subject names, or its command line is the subject's
+  launcher or worker (a name, outranked by a Slurm job's, a pod's or a user's own unit's
+  cgroup), or it descends from such a process (workers that renamed themselves);
 - **orphaned ours**: a subject's worker whose launcher is gone (reparented to PID 1 or a
   subreaper): the remains of a dead instance;
-- **infrastructure**: nvidia-persistenced, the DCGM host engine and exporter, Fabric
-  Manager, MPS (by unit and by executable): never signalled, stopped only as a unit;
+- **infrastructure**: NVIDIA's GPU services, by their system unit or installed program,
+  never by a name (plan/evidence.py): never signalled, stopped only as a unit;
 - **another owner's**: anything else whose cgroup names an owner (another unit, a
-  container, a Slurm job, another login session);
+  container, a Slurm job, another login session or a user's own unit), or what else does
+  (plan/evidence.py);
 - **unknown**: a holder nothing names an owner for (fuser lists it and ps does not, or
   its cgroup says nothing).
 
@@ -27,12 +29,21 @@ plan/permission.py turns these verdicts into what a destructive step may touch.
 from __future__ import annotations
 
 import dataclasses
-import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runbook_runner.observe.state import ProcessOwner
+from runbook_runner.plan.evidence import (
+    INFRASTRUCTURE_UNITS,
+    another_owner,
+    describe_owner,
+    infrastructure,
+    mps_client,
+    ray,
+    told_otherwise,
+    visible_devices,
+)
 from runbook_runner.plan.health import (
     Health,
     Probe,
@@ -40,12 +51,14 @@ from runbook_runner.plan.health import (
     UnitProbe,
     judge_probe,
     judge_unit,
+    launcher_port,
     unit_probes,
 )
 from runbook_runner.runbook import Subject
 from runbook_runner.status import Word
 
 __all__ = [
+    "INFRASTRUCTURE_UNITS",
     "Disposition",
     "Health",
     "Owner",
@@ -77,33 +90,6 @@ class Disposition(Word):
 
 OURS = frozenset({Owner.OURS, Owner.ORPHANED_OURS})
 
-# NVIDIA's GPU services keep /dev/nvidia* open on every node. NVIDIA's reset documentation
-# says to stop them (as services) before a reset, and start them again after.
-INFRASTRUCTURE_UNITS = frozenset(
-    {
-        "nvidia-persistenced.service",
-        "nvidia-dcgm.service",
-        "dcgm.service",
-        "dcgm-exporter.service",
-        "nvidia-dcgm-exporter.service",
-        "nvidia-fabricmanager.service",
-        "nvidia-mps.service",
-        "nvidia-gpu-exporter.service",
-    }
-)
-INFRASTRUCTURE_EXECUTABLES = frozenset(
-    {
-        "nvidia-persistenced",
-        "nv-hostengine",
-        "dcgm-exporter",
-        "nv-fabricmanager",
-        "nvidia-fabricmanager",
-        "nvidia-cuda-mps-control",
-        "nvidia-cuda-mps-server",
-        "nvidia_gpu_exporter",
-        "nvidia-smi",
-    }
-)
 RESTART_LOOP = 3  # automatic restarts (systemd's NRestarts) that make a crash loop
 # A launcher whose port is closed may still be loading its model for this long (the
 # subject's startup_grace, a runbook parameter, overrides it). Loading is slow: vLLM's
@@ -117,11 +103,6 @@ STARTUP_GRACE_S = 1800
 # a launcher this old with none of its workers alive is not loading anything.
 WORKERS_START_S = 60
 _ANCESTRY_LIMIT = 64  # parent chains longer than this are cut (a loop in a hostile listing)
-
-
-def executable(command: str) -> str:
-    first = command.split(None, 1)[0] if command.strip() else ""
-    return first.rsplit("/", 1)[-1].rstrip(":")
 
 
 @dataclass
@@ -167,36 +148,21 @@ def _ancestor(table: Mapping[int, _Process], pid: int) -> list[int]:
     return chain
 
 
-def _describe_owner(facts: ProcessOwner) -> str:
-    kind, name = facts.owner_kind or "", facts.owner_name or ""
-    if kind == "unit":
-        return f"unit {name}"
-    if kind == "container":
-        return f"container {name}"
-    if kind == "slurm-job":
-        return f"Slurm {name}"
-    if kind == "session":
-        return f"login {name}, user {facts.user}"
-    return ""
-
-
 def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
     """Owner classes from the records alone (health comes later)."""
     for process in table.values():
         facts = process.facts
-        unit, command = facts.unit or "", facts.command or ""
-        why = _membership(subject, facts)
-        if why:
+        why, other = _membership(subject, facts), another_owner(facts)
+        if why and other:
+            process.owner = Owner.ANOTHER_OWNER
+            process.evidence = f"another owner's: {other}, which outranks its name ({why})"
+        elif why:
             process.owner, process.evidence, process.member = Owner.OURS, why, True
-            continue
-        if unit in INFRASTRUCTURE_UNITS:
-            process.owner, process.evidence = Owner.INFRASTRUCTURE, f"GPU service unit {unit}"
-            continue
-        if executable(command) in INFRASTRUCTURE_EXECUTABLES:
-            process.owner = Owner.INFRASTRUCTURE
-            process.evidence = f"GPU infrastructure executable {executable(command)}"
+        elif infrastructure(facts):
+            process.owner, process.evidence = Owner.INFRASTRUCTURE, infrastructure(facts)
+    listed = {pid: process.facts for pid, process in table.items()}
     for pid, process in table.items():
-        if process.member or process.owner is Owner.INFRASTRUCTURE:
+        if process.owner is not Owner.UNKNOWN:  # told above
             continue
         facts = process.facts
         chain = _ancestor(table, pid)
@@ -207,21 +173,21 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
         if parent is not None and same_owner:
             process.owner = Owner.OURS
             process.evidence = f"a child of the subject's PID {parent} (parent chain)"
-        elif _ray(table, pid, chain):
+        elif ray(listed, pid, chain):
             process.owner = Owner.ANOTHER_OWNER
-            process.evidence = _ray(table, pid, chain)
+            process.evidence = ray(listed, pid, chain)
         elif not facts.in_ps and facts.in_ps is not None:
             process.owner = Owner.UNKNOWN
             process.evidence = (
                 "fuser lists it and ps does not (another PID namespace, or it just exited): "
                 "its owner cannot be told"
             )
-        elif _describe_owner(facts):
+        elif describe_owner(facts):
             process.owner = Owner.ANOTHER_OWNER
-            process.evidence = f"another owner's: {_describe_owner(facts)}"
-        elif _told_otherwise(table, pid, chain):
+            process.evidence = f"another owner's: {describe_owner(facts)}"
+        elif told_otherwise(listed, pid, chain):
             process.owner = Owner.ANOTHER_OWNER
-            process.evidence = f"another owner's: {_told_otherwise(table, pid, chain)}"
+            process.evidence = f"another owner's: {told_otherwise(listed, pid, chain)}"
         else:
             process.owner = Owner.UNKNOWN
             process.evidence = (
@@ -240,12 +206,13 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
                 break
         process.instance = root
     # A unit is one instance, whatever its parent chains show (systemd may be every
-    # process's parent): keyed by its launcher, else by its lowest PID.
+    # process's parent): its members are told by the unit's own cgroup path, and it is
+    # keyed by its launcher, else by its lowest PID.
     units: dict[str, list[_Process]] = {}
     for process in table.values():
-        unit = process.facts.unit or ""
+        unit, path = process.facts.unit or "", process.facts.cgroup or ""
         if process.owner is Owner.OURS and subject.unit_matches(unit):
-            units.setdefault(unit, []).append(process)
+            units.setdefault(path[: path.find(f"/{unit}") + len(unit) + 1], []).append(process)
     for members in units.values():
         launchers = [
             p.facts.pid
@@ -257,13 +224,8 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             member.instance = key
     _other_users_servers(subject, table)
     for process in table.values():
-        server = process.facts.mps_server
-        if server is not None and process.owner is not Owner.INFRASTRUCTURE:
-            process.evidence += (
-                f"; a client of MPS server PID {server} (nvidia-cuda-mps-control "
-                "get_client_list): ended by the control daemon's terminate_client, never "
-                "by a signal first"
-            )
+        if process.owner is not Owner.INFRASTRUCTURE:
+            process.evidence += mps_client(process.facts)
     for process in table.values():
         if process.owner is not Owner.OURS or process.instance is None:
             continue
@@ -274,75 +236,6 @@ def _first_pass(subject: Subject, table: dict[int, _Process]) -> None:
             process.evidence += (
                 f"; its launcher is gone (the instance's top process has parent PID {top.ppid})"
             )
-
-
-RAY_DAEMONS = frozenset({"raylet", "gcs_server"})
-# sshd names a login's session process "sshd: USER@pts/N" (or "USER@notty"): what descends
-# from one was started from that login.
-_SSHD_LOGIN = re.compile(r"^sshd: (?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31})@(?P<tty>\S+)")
-
-
-def _told_otherwise(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
-    """Where a cgroup names no owner, what else does, with where it was read, or ''.
-
-    Each only ever proves a process *another* owner's (never the subject's: the subject's
-    own processes are told by its launcher, workers and their descendants): a Slurm job's
-    (SLURM_JOB_ID in its environment), a container's (its /etc/hostname bind-mounted from
-    a container runtime's folder), a Kubernetes pod's (KUBERNETES_* in its environment),
-    an SSH login's (a ``sshd: USER@TTY`` ancestor), a login's (its loginuid is set: the
-    kernel's audit record of the login it was started from, kept through su, sudo and
-    nohup).
-    """
-    facts = table[pid].facts
-    if facts.slurm_job_id:
-        return f"Slurm job {facts.slurm_job_id} (SLURM_JOB_ID in /proc/{pid}/environ)"
-    if facts.container_id:
-        return (
-            f"container {facts.container_id} (its /etc/hostname comes from the runtime's "
-            f"folder: /proc/{pid}/mountinfo)"
-        )
-    if facts.kubernetes:
-        return f"a Kubernetes pod ({facts.kubernetes} in /proc/{pid}/environ)"
-    for ancestor in chain:
-        login = _SSHD_LOGIN.match(table[ancestor].facts.command or "")
-        if login is not None:
-            return (
-                f"started from {login['user']}'s SSH login ({login['tty']}, sshd PID "
-                f"{ancestor}: parent chain)"
-            )
-    if facts.loginuid is not None:
-        return (
-            f"started from the login of uid {facts.loginuid} (/proc/{pid}/loginuid), "
-            f"running as {facts.user or '?'}"
-        )
-    return ""
-
-
-def _ray(table: Mapping[int, _Process], pid: int, chain: Sequence[int]) -> str:
-    """Why a process is a Ray cluster's, or '': a ``ray::`` worker (Ray names its worker
-    processes ``ray::Actor.method``) or a descendant of a raylet. Ray restarts the actors it
-    loses (max_restarts), as systemd restarts a unit: a signal to one is not a stop; the
-    cluster is stopped by its owner (``ray stop``, or its job)."""
-    command = table[pid].facts.command or ""
-    raylet = next(
-        (p for p in chain if executable(table[p].facts.command or "") in RAY_DAEMONS), None
-    )
-    if raylet is not None:
-        return (
-            f"a Ray cluster's: under raylet PID {raylet} (parent chain); Ray restarts its "
-            "actors, so only the cluster's owner stops it (ray stop)"
-        )
-    if command.startswith("ray::") or executable(command) in RAY_DAEMONS:
-        return (
-            f"a Ray cluster's: {executable(command)[:40]}; Ray restarts its "
-            "actors, so only the cluster's owner stops it (ray stop)"
-        )
-    if table[pid].facts.ray:
-        return (
-            f"a Ray cluster's: {table[pid].facts.ray} in /proc/{pid}/environ; Ray restarts "
-            "its actors, so only the cluster's owner stops it (ray stop)"
-        )
-    return ""
 
 
 def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
@@ -361,7 +254,7 @@ def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
         if subject.unit_matches(top.unit or "") or top.user in unit_users:
             continue
         process.owner = Owner.ANOTHER_OWNER
-        where = _describe_owner(top) or f"user {top.user}"
+        where = describe_owner(top) or f"user {top.user}"
         process.evidence = (
             f"a server of the same kind run by user {top.user} ({where}), not the subject's: "
             f"the subject runs in {', '.join(str(u) for u in units)} as "
@@ -372,34 +265,14 @@ def _other_users_servers(subject: Subject, table: dict[int, _Process]) -> None:
 def health_port(
     subject: Subject, table: Mapping[int, _Process], instance: int
 ) -> tuple[int | None, str]:
-    """The port to ask an instance's health on, and how it was told: the ``--port`` of its
-    command lines; else the one port its launcher listens on (``ss -ltnp``: a port set in
-    a config file is not on the command line); else, of several, the kind's default if it
-    is one of them; else the kind's default (a launcher that listens on nothing yet is
-    loading). Several ports, none the default: (None, why)."""
-    members = [p for p in table.values() if p.instance == instance]
-    flag_only = dataclasses.replace(subject, ports=())
-    for member in members:
-        flagged = flag_only.port_of(member.facts.command or "")
-        if flagged is not None:
-            return flagged, "its --port"
-    root = table[instance].facts
-    default = next(
-        (d for d in (subject.port_of(m.facts.command or "") for m in members) if d is not None),
-        None,
+    """The port to ask an instance's health on, and how it was told, from its launcher only
+    (the instance's top process, else its lowest-PID launcher): see health.launcher_port."""
+    members = sorted(
+        (p for p in table.values() if p.instance == instance),
+        key=lambda p: (p.facts.pid != instance, p.facts.pid or 0),
     )
-    listening = [int(p) for p in (root.listening or "").split(",") if p.isdigit()]
-    if len(listening) == 1:
-        return listening[0], "the one port its launcher listens on (ss -ltnp)"
-    if listening and default in listening:
-        return default, "its kind's default, one of the ports its launcher listens on (ss -ltnp)"
-    if listening:
-        ports = ", ".join(str(p) for p in listening)
-        return None, (
-            f"its launcher listens on ports {ports} (ss -ltnp), no --port says which serves "
-            "its health, and none is its kind's default"
-        )
-    return default, "its kind's default" if default is not None else ""
+    launchers = [p for p in members if subject.launcher_matches(p.facts.command or "")]
+    return launcher_port(subject, (launchers[0] if launchers else table[instance]).facts)
 
 
 def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
@@ -454,7 +327,7 @@ def classify(
         if not interesting:
             continue
         disposition, reason, state, port = verdicts[record.pid]
-        evidence = process.evidence + _visible_devices(record, held.get(record.pid, ()))
+        evidence = process.evidence + visible_devices(record, held.get(record.pid, ()))
         if process.owner in OURS and port is not None and process.instance is not None:
             how = health_port(subject, table, process.instance)[1]
             evidence += f"; its health port {port}: {how}" if how else ""
@@ -481,25 +354,6 @@ def classify(
             )
         )
     return tuple(out)
-
-
-def _visible_devices(record: ProcessOwner, minors: Iterable[int]) -> str:
-    """What its CUDA_VISIBLE_DEVICES says beside the device files it holds: a note for the
-    record, never a verdict (CUDA numbers the GPUs it is shown in its own order, not by
-    minor number). A process that holds more GPUs' files than it was shown took GPUs it
-    was not given (someone set CUDA_VISIBLE_DEVICES by hand, or a child reset it)."""
-    visible = record.cuda_visible_devices
-    if visible is None or record.pid is None:
-        return ""
-    held = sorted(minors)
-    shown = [v for v in visible.split(",") if v.strip()]
-    files = ", ".join(f"/dev/nvidia{m}" for m in held) or "no GPU's device file"
-    note = (
-        f"; its CUDA_VISIBLE_DEVICES={visible[:40]} (/proc/{record.pid}/environ), it holds {files}"
-    )
-    if len(held) > len(shown):
-        note += f": more GPUs than the {len(shown)} it was shown"
-    return note
 
 
 def _starting(

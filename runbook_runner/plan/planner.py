@@ -40,6 +40,7 @@ from runbook_runner.plan.actions import (
 )
 from runbook_runner.plan.ending import ending
 from runbook_runner.plan.identity import Target, named_by, target
+from runbook_runner.plan.ledger import Ledger, ledger_of
 from runbook_runner.runbook import Runbook, Step, Subject
 from runbook_runner.status import StepStatus
 
@@ -197,6 +198,7 @@ def make_plan(
         unfixable,
         finish,
         gate,
+        ledger_of(state, params, state).foreseen() if runbook.subject is not None else Ledger(),
     )
 
 

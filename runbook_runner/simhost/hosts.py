@@ -832,3 +832,62 @@ def port_from_config() -> SimHost:
             )
     host.processes = processes
     return host
+
+
+def driver_asks_reboot() -> SimHost:
+    """The seed's crash (memory held on GPUs 0 and 2, no process left), but GPU 2's driver
+    says only a node reboot recovers it (nvidia-smi -q, GPU Recovery Action: Reboot): the
+    reset the orphaned memory alone would call for will not do."""
+    host = oom_crash()
+    host.gpu(2).recovery_action = "Reboot"
+    return host
+
+
+def row_remap_failed() -> SimHost:
+    """The seed's crash on GPUs 0 and 2; GPU 2's row remapping failed (Remapped Rows:
+    Remapping Failure Occurred: Yes): its memory cannot be trusted, whatever a reset frees."""
+    host = oom_crash()
+    host.gpu(2).rows_remap_failed = True
+    return host
+
+
+def user_unit_named_like_production() -> SimHost:
+    """Production's sglang.service (a system unit) serves on GPUs 0-3; bob started his own
+    `systemd-run --user --unit=sglang ... --port 31337` on GPU 5, which answers 503: a unit
+    of his service manager, named like production's, in his own cgroup."""
+    host = _supervised(
+        eight_gpu_server(),
+        SimService("sglang", holds_gpus=False, runs=_unit_spec(range(0, 4), "ok", 30000)),
+        loading=False,
+    )
+    host.processes.insert(  # listed first, as ps lists the lower PID
+        0,
+        SimProcess(
+            pid=3001,
+            cmdline=LAUNCH.replace("--tp-size 8", "--tp-size 1") + " --port 31337",
+            gpu_mib={"5": 60_000},
+            teardown_s=2.0,
+            user="bob",
+            cgroup="/user.slice/user-1666.slice/user@1666.service/app.slice/sglang.service",
+            listens=31337,
+            health="error",
+        ),
+    )
+    return host
+
+
+def gpu_service_impostor() -> SimHost:
+    """The incident's GPUs 0 and 2, and mallory's own program named nvidia-persistenced
+    (run from her home folder, in her login) holding GPU 5."""
+    host = oom_crash()
+    host.processes.append(
+        SimProcess(
+            pid=7101,
+            cmdline="nvidia-persistenced --verbose",
+            gpu_mib={"5": 40_000},
+            teardown_s=2.0,
+            user="mallory",
+            exe="/home/mallory/bin/nvidia-persistenced",
+        )
+    )
+    return host

@@ -67,7 +67,7 @@ SERVED = (
 # Answered one line of stdin at a time (a control daemon's commands come on its stdin).
 STDIN_LINES = ("nvidia-cuda-mps-control",)
 # Answered by the stand-in server only for the simulated paths; the real tool otherwise.
-PATHS_ONLY = ("cat", "stat", "rm")
+PATHS_ONLY = ("cat", "stat", "rm", "readlink")
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,8 @@ def stand_ins(host: SimHost, python: str = sys.executable) -> dict[str, str]:
     cat += [f"/proc/[0-9]*/{name}" for name in ("environ", "cgroup", "cmdline", "loginuid")]
     cat += ["/proc/[0-9]*/mountinfo"]
     cat += [shlex.quote(p) for p in sorted({*host.files, *CONTAINER_FILES})]
-    for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm)):
+    exe = ["/proc/[0-9]*/exe"]
+    for name, patterns in (("cat", cat), ("stat", shm), ("rm", shm), ("readlink", exe)):
         scripts[name] = _paths_wrapper(name, client, patterns)
     # sudo: the command, as root (the simulated host's login is root already).
     scripts["sudo"] = (

@@ -48,6 +48,10 @@ class SimGpu:
     clocks_reasons: int = 0x1  # clocks_event_reasons.active: 0x1 is GPU idle
     ecc_uncorrected: int = 0  # volatile uncorrected ECC errors since the driver loaded
     rows_pending: bool = False  # a row remapping waits for the next reset
+    rows_remap_failed: bool = False  # a row remapping failed: out of service (RMA)
+    # What the driver says this GPU needs (nvidia-smi -q, GPU Recovery Action, as printed:
+    # None, Reset, Reboot, Drain P2P, Drain and Reset); a reset clears Reset, a reboot all.
+    recovery_action: str = "None"
     # What this GPU answers in its fields instead of values, while the others answer:
     # 'unknown-error' ([Unknown Error]) or 'reset-required' ([GPU requires reset]). A reset
     # (or a reboot) clears it. ('' : it answers.)
@@ -105,6 +109,7 @@ class SimProcess:
     mig_ci: int | None = None
     loginuid: int | None = None  # /proc/PID/loginuid; None: unset (4294967295), as for a daemon
     mountinfo: str = ""  # /proc/PID/mountinfo (a container's binds its /etc/hostname)
+    exe: str = ""  # /proc/PID/exe; "": its command's first word if a path, else python3's
     mps_server: int | None = None  # the MPS server (its PID) this process is a client of
 
     def cgroup_path(self) -> str:
@@ -342,6 +347,8 @@ class SimHost:
             return "Unknown Error"
         gpu.orphaned_mib = 0
         gpu.fault = ""
+        if gpu.recovery_action == "Reset":
+            gpu.recovery_action = "None"
         if gpu.mig:  # the GPU and compute instances do not survive a reset
             self.note(f"the reset of GPU {gpu.index} destroyed its {len(gpu.mig)} MIG instances")
             gpu.mig = []
@@ -375,6 +382,7 @@ class SimHost:
             gpu.fault = ""
             gpu.mig = []  # MIG mode persists across a reboot; its instances do not
             gpu.persistence = True
+            gpu.recovery_action = "None"
         for service in self.services:
             service.active = service.enabled
             if service.active:

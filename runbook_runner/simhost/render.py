@@ -186,6 +186,7 @@ def query_detail(
                 row(4, "Product Name", gpu.name),
                 row(4, "Product Architecture", gpu.architecture),
                 row(4, "Persistence Mode", "Enabled" if gpu.persistence else "Disabled"),
+                row(4, "GPU Recovery Action", fault or gpu.recovery_action),
                 "    MIG Mode\n",
                 row(8, "Current", fault or ("Enabled" if gpu.mig_enabled else "Disabled")),
                 row(8, "Pending", fault or ("Enabled" if gpu.mig_enabled else "Disabled")),
@@ -225,13 +226,17 @@ def query_detail(
                 row(12, "DRAM Correctable", fault or "0"),
                 row(12, "DRAM Uncorrectable", fault or str(gpu.ecc_uncorrected)),
             ]
-        if "ROW_REMAPPER" in sections:
+        if full or "ROW_REMAPPER" in sections:
             parts += [
                 "    Remapped Rows\n",
                 row(8, "Correctable Error", fault or "0"),
                 row(8, "Uncorrectable Error", fault or "0"),
                 row(8, "Pending", fault or ("Yes" if gpu.rows_pending else "No")),
-                row(8, "Remapping Failure Occurred", fault or "No"),
+                row(
+                    8,
+                    "Remapping Failure Occurred",
+                    fault or ("Yes" if gpu.rows_remap_failed else "No"),
+                ),
             ]
         if full:
             registered = host.nvswitch_links and gpu.architecture in ("Hopper", "Blackwell")

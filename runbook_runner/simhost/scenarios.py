@@ -28,6 +28,7 @@ from runbook_runner.simhost.hosts import (
     crash_loop_unknown_cause,
     daemon_holds_gpu,
     daemons_hold_every_gpu,
+    driver_asks_reboot,
     driver_not_built_for_kernel,
     driver_not_loaded,
     driver_upgraded_under_healthy_server,
@@ -37,6 +38,7 @@ from runbook_runner.simhost.hosts import (
     flat_cgroups_reset_refused,
     flat_cgroups_told_by_environment,
     gpu6_unknown_error,
+    gpu_service_impostor,
     healthy_server,
     hopper_nvswitch_stranger_gpu5,
     host_ram_leak,
@@ -55,12 +57,14 @@ from runbook_runner.simhost.hosts import (
     persistence_blocks_reset,
     port_from_config,
     ray_cluster_beside,
+    row_remap_failed,
     seed_launcher_alive,
     shared_kv_cache_server,
     slow_teardown,
     stuck_d_state,
     supervisor_restarts_server,
     two_servers_one_broken,
+    user_unit_named_like_production,
     volta_nvswitch_all_ours,
     volta_nvswitch_stranger_gpu5,
     wedged_server,
@@ -370,16 +374,22 @@ MATRIX: tuple[Scenario, ...] = (
     ),
     Scenario(
         "orphans-after-slurm-job",
-        "a Slurm job's launcher died and its schedulers live on under PID 1: the orphans of "
-        "a dead server are ended",
+        "a Slurm job's launcher died and its schedulers live on under PID 1, in the job's "
+        "cgroup: they are the job's, whatever their command line, and are left to it",
         orphans_after_slurm_job,
-        wrong="four sglang::scheduler processes of job 4242 hold GPUs 0-3, reparented to "
-        "PID 1: their launcher is gone",
-        expert="SIGTERM the four orphaned schedulers; nothing else",
-        actions=_pids(4120, 4121, 4122, 4123),
-        ideal_s=20,
-        lesson="a worker whose launcher is gone serves nobody: it is the dead server's",
-        page="pitfalls/orphaned-gpu-memory.md#how-to-tell-what-holds-the-memory",
+        wrong="four sglang::scheduler processes of alice's job 4242 hold GPUs 0-3, reparented "
+        "to PID 1: their launcher is gone, the job's cgroup still holds them",
+        expert="signal nothing: the job's cgroup outranks the name; say whose they are, and "
+        "that Slurm ends its job's processes (scancel 4242)",
+        actions=(),
+        ideal_s=30,
+        lesson="positive evidence of another owner (a Slurm job) outranks a command line "
+        "that looks like the server's",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        ends="stopped",
+        exit_code=6,
+        message="Slurm job 4242",
+        left_alone=(4120, 4121, 4122, 4123),
     ),
     Scenario(
         "daemons-hold-every-gpu",
@@ -527,12 +537,16 @@ MATRIX += (
         wrong="orphaned memory on GPUs 0-3; on GPU 5 a training job runs in the same cgroup "
         "as everything else (no pam_systemd): nothing says whose it is",
         expert="reset GPUs 0-3; do not touch GPU 5 or its process; ask around whose it is "
-        "(ps -o pid,user,lstart,args -p 7001); no node-wide rung while it runs",
+        "(ps -o pid,user,lstart,args -p 7001); no node-wide rung while it runs; say that "
+        "GPU 5 cannot be told (the crashed server left no process to say it was not its)",
         actions=("reset GPU 0", "reset GPU 1", "reset GPU 2", "reset GPU 3"),
         ideal_s=40,
         lesson="cannot tell holds back what could reach the stranger, and nothing else",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         cannot_tell=(7001,),
+        ends="stopped",
+        exit_code=6,  # nothing says GPU 5 is not the crashed server's: not "goal holds"
+        message="GPU 5: cannot tell",
         thread="https://forums.developer.nvidia.com/t/memory-on-gpu-not-freed-after-the-program-is-killed/62311",
     ),
     Scenario(
@@ -613,6 +627,9 @@ MATRIX += (
         lesson="NVLink alone does not widen a reset: the architecture and Fabric Manager say",
         page="pitfalls/ours-and-broken.md#who-owns-a-process",
         cannot_tell=(7001,),
+        ends="stopped",
+        exit_code=6,  # nothing says GPU 5 is not the crashed server's: not "goal holds"
+        message="GPU 5: cannot tell",
         thread=GPU_RESET_MAN,
     ),
     Scenario(
@@ -798,6 +815,70 @@ MATRIX += (
         exit_code=6,
         message="cannot tell",
         thread="https://github.com/NVIDIA/nvidia-docker/issues/365",
+    ),
+    Scenario(
+        "driver-asks-reboot",
+        "the driver's word bounds the ladder: GPU 2's recovery action is a node reboot, so "
+        "its orphaned memory is not reset but rebooted away",
+        driver_asks_reboot,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-smi -q says GPU 2's recovery action "
+        "is Reboot",
+        expert="never try a reset the driver says will not do: reboot the node (nvidia-smi "
+        "-q, GPU Recovery Action; NVML's nvmlDeviceGpuRecoveryAction_t)",
+        actions=("reboot",),
+        ideal_s=120,
+        lesson="the driver says what recovers a GPU: read it before picking a rung",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        allow_reboot=True,
+        thread="https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html",
+    ),
+    Scenario(
+        "row-remap-failed",
+        "GPU 2's row remapping failed: out of service, never reset and returned; GPU 0 is "
+        "reset as usual",
+        row_remap_failed,
+        wrong="orphaned memory on GPUs 0 and 2; nvidia-smi -q says GPU 2's row remapping "
+        "failed (Remapping Failure Occurred: Yes)",
+        expert="reset GPU 0; leave GPU 2 as it is and drain it: a GPU whose remapping failed "
+        "goes to NVIDIA's row-remapping guidance (RMA), not back into service",
+        actions=("reset GPU 0",),
+        ideal_s=30,
+        lesson="a GPU whose row remapping failed is out of service, whatever a reset frees",
+        page="pitfalls/orphaned-gpu-memory.md#the-escalation-ladder",
+        ends="stopped",
+        exit_code=1,
+        message="row remapping failed",
+        thread="https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
+    ),
+    Scenario(
+        "user-unit-named-like-production",
+        "a user's own unit named like production's (systemd-run --user --unit=sglang) answers "
+        "503: it is that user's, and production's healthy unit is left alone",
+        user_unit_named_like_production,
+        wrong="sglang.service (a system unit, GPUs 0-3) serves; bob's user unit sglang.service "
+        "(his service manager's, --port 31337) holds GPU 5 and answers 503",
+        expert="ask production's health on its own port: healthy, leave it; bob's server is "
+        "his (user@1666.service's unit), leave it and GPU 5 alone",
+        actions=(),
+        ideal_s=5,
+        lesson="a unit's name is not its owner: only a system unit is the system's",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(3001, 20001),
+    ),
+    Scenario(
+        "gpu-service-impostor",
+        "a user's program named nvidia-persistenced holds GPU 5: a name any user can give a "
+        "program is not GPU infrastructure; the orphaned GPUs 0 and 2 are reset",
+        gpu_service_impostor,
+        wrong="orphaned memory on GPUs 0 and 2; mallory's /home/mallory/bin/nvidia-persistenced "
+        "holds GPU 5",
+        expert="reset GPUs 0 and 2; leave mallory's process and GPU 5 alone (it is hers, "
+        "whatever its name)",
+        actions=("reset GPU 0", "reset GPU 2"),
+        ideal_s=40,
+        lesson="GPU infrastructure is known by its unit or its installed program, never by a name",
+        page="pitfalls/ours-and-broken.md#who-owns-a-process",
+        left_alone=(7101,),
     ),
 )
 

@@ -12,7 +12,8 @@ filesystem and /dev/shm)::
     processes:                       # what ps, nvidia-smi, fuser, curl and kill see
       - {pid: 4120, cmdline: "sglang::scheduler_TP0", gpu_mib: {0: 90112}, host_bytes: 38 GiB,
          ppid: 4100, pgid: 4100, sid: 4100, user: svc, unit: sglang.service,
-         cgroup: /system.slice/sglang.service, state: S, environ: {CUDA_VISIBLE_DEVICES: "0"}}
+         cgroup: /system.slice/sglang.service, state: S, environ: {CUDA_VISIBLE_DEVICES: "0"},
+         exe: /usr/bin/python3.12}  # /proc/PID/exe (default: a path its command starts with)
                                      # on a MIG GPU: mig_gi, mig_ci (the instance it runs in)
     services:                        # systemctl; MainPID, NRestarts, journalctl's lines
       - {name: sglang, active: true, main_pid: 4100, restarts: 0, log: ["..."]}

@@ -117,4 +117,32 @@ def cat(env: Env, args: list[str]) -> int:
     return status
 
 
-SERVED: dict[str, Command] = {**COMMANDS, "sleep": sleep, "kill": kill, "cat": cat, "rm": rm}
+def readlink(env: Env, args: list[str]) -> int:
+    """readlink /proc/PID/exe: a simulated process's program (a GPU service's is its
+    command's first word), as the kernel names it; nothing for any other PID."""
+    status = 0
+    for path in [a for a in args if not a.startswith("-")]:
+        match = re.fullmatch(r"/proc/(\d+)/exe", path)
+        pid = int(match[1]) if match is not None else None
+        process = next((p for p in env.host.processes if p.pid == pid), None)
+        daemon = next((d for d in env.host.daemons() if d[0] == pid), None)
+        if process is not None and env.procs.alive(process.pid):
+            first = process.cmdline.split(" ", 1)[0]
+            env.out(
+                (process.exe or (first if first.startswith("/") else "/usr/bin/python3")) + "\n"
+            )
+        elif daemon is not None:
+            env.out(daemon[1].split(" ", 1)[0] + "\n")
+        else:
+            status = 1
+    return status
+
+
+SERVED: dict[str, Command] = {
+    **COMMANDS,
+    "sleep": sleep,
+    "kill": kill,
+    "cat": cat,
+    "rm": rm,
+    "readlink": readlink,
+}

@@ -60,12 +60,28 @@
   // SGLang --hicache-size / --hicache-ratio: GB (1e9 bytes) PER RANK; SGLang's guard keeps
   // `reserveGiB` free; we keep `headroom` of the host's RAM free as well. The device KV pool
   // is the K + V size SGLang logs: the log says GB but divides by 2^30, so it is GiB.
+  // The host pools a rank pins besides --hicache-size, sized by the model's layers, not by a
+  // flag (runbook_runner/observe/sizing.py ExtraPool): with any of them, cannot tell.
+  var EXTRA_POOLS = {
+    draft: "speculative-decoding draft pools (https://github.com/sgl-project/sglang/pull/30581)",
+    dsa: "the DSA indexer pool (https://github.com/sgl-project/sglang/pull/29263)",
+    hybrid: "hybrid SWA or Mamba state pools (https://github.com/sgl-project/sglang/issues/29034)",
+  };
+
   function sglang(input) {
     var ranks = sglangRanks(input.tp, input.pp, input.dp, input.dpAttention, input.nnodes);
     var host = hostLimits(input);
     var budgetBytes = host.availableBytes - input.reserveGiB * GiB - input.headroom * host.totalBytes;
     if (ranks.count === null) {
       return { cannotTell: true, ranks: null, how: ranks.how, why: ranks.why, budgetBytes: budgetBytes };
+    }
+    var pools = input.extraPools || "none";
+    if (pools !== "none") {
+      return {
+        cannotTell: true, ranks: ranks.count, how: ranks.how, budgetBytes: budgetBytes,
+        why: "each of the " + ranks.count + " ranks also pins " + EXTRA_POOLS[pools] +
+          ", beside --hicache-size and sized by the model's layers",
+      };
     }
     var kvPoolBytes = input.kvPoolGiB * GiB; // the device KV pool of one rank
     var perRankBytes = input.hicacheSizeGB > 0 ? input.hicacheSizeGB * GB : input.ratio * kvPoolBytes;
@@ -87,10 +103,17 @@
 
   // vLLM: --cpu-offload-gb and --swap-space are GiB PER GPU, the offloaded weights pinned at
   // up to 2x unless VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1 (exact buffers);
-  // --kv-offloading-size depends on the connector: 'native' pins it once in total at up to
-  // 2x, 'simple' exactly once per worker (builds before it divided), 'lmcache' cannot be told.
-  var EACH_WORKER = { native: 0, simple: 1, lmcache: null };
+  // --kv-offloading-size depends on the connector: 'native' holds one engine's total once
+  // per data-parallel engine on the host (vLLM divides it by TP x PP only) at up to 2x,
+  // 'simple' exactly once per worker (builds before it divided), 'lmcache' cannot be told.
   var KV_FACTOR = { native: PINNED_ROUNDING, simple: 1, lmcache: null };
+
+  // The copies of --kv-offloading-size on this host (observe/sizing.py vllm_kv_copies).
+  function vllmKvCopies(path, workers, tp, pp) {
+    if (path === "lmcache") return null;
+    if (path === "simple") return workers;
+    return Math.max(1, Math.floor(workers / (tp * pp)));
+  }
 
   function vllm(input) {
     var workers = vllmWorkers(input.tp, input.pp, input.dp, input.nnodes);
@@ -104,15 +127,14 @@
     var swapBytes = input.swapGiB * GiB;
     var perGpuBytes = cpuFactor * input.cpuOffloadGiB * GiB + swapBytes;
     var kvBytes = input.kvOffloadGiB * GiB;
-    var eachWorker = input.kvOffloadGiB > 0 ? EACH_WORKER[input.path] : 0;
-    if (eachWorker === null || eachWorker === undefined) {
+    var kvCopies = input.kvOffloadGiB > 0 ? vllmKvCopies(input.path, gpus, input.tp, input.pp) : 1;
+    if (kvCopies === null) {
       return {
         cannotTell: true, gpus: gpus, how: workers.how, perGpuBytes: perGpuBytes, budgetBytes: budgetBytes,
         why: "--kv-offloading-backend lmcache: the host pool is LMCache's to size",
       };
     }
     var kvFactor = input.kvOffloadGiB > 0 ? KV_FACTOR[input.path] : PINNED_ROUNDING;
-    var kvCopies = 1 + eachWorker * (gpus - 1);
     var kvHostBytes = kvFactor * kvCopies * kvBytes;
     var requestedBytes = gpus * perGpuBytes + kvHostBytes;
     return {
@@ -166,6 +188,8 @@
         errors.push(rule.label + ": '" + text + "' is not a number");
       } else if (rule.kind === "count" && (value < 1 || Math.floor(value) !== value)) {
         errors.push(rule.label + ": a whole number of 1 or more (got " + text + ")");
+      } else if (rule.kind === "whole" && (value < 0 || Math.floor(value) !== value)) {
+        errors.push(rule.label + ": a whole number of 0 or more (got " + text + ")");
       } else if (rule.kind === "positive" && value <= 0) {
         errors.push(rule.label + ": more than 0 (got " + text + ")");
       } else if (rule.kind === "size" && value < 0) {
@@ -192,7 +216,9 @@
     dp: { label: "--dp-size", kind: "count" },
     dp_attention: { label: "--enable-dp-attention", kind: "flag" },
     nnodes: { label: "--nnodes", kind: "count" },
-    hicache_size: { label: "--hicache-size", kind: "size" },
+    // SGLang's --hicache-size is an int: a decimal is refused at launch, and here.
+    hicache_size: { label: "--hicache-size", kind: "whole" },
+    extra_pools: { label: "Host pools besides --hicache-size", kind: "choice", choices: ["none", "draft", "dsa", "hybrid"] },
     ratio: { label: "--hicache-ratio", kind: "size" },
     kv_pool: { label: "Device KV pool of one rank", kind: "size" },
     reserve: { label: "SGLang's reserve", kind: "size" },
@@ -210,9 +236,18 @@
     path: { label: "Connector", kind: "choice", choices: ["native", "simple", "lmcache"] },
   }, HOST_SPEC);
 
+  // Free cannot show more available than total: a form that says so holds a typo.
+  function checkHost(got) {
+    var v = got.values;
+    if (!got.errors.length && v.available > v.total) {
+      got.errors.push("Available RAM: at most the total (got " + v.available + " GiB of " + v.total + " GiB)");
+    }
+    return got;
+  }
+
   // The form's text -> the input of sglang() (or the messages that stop it).
   function readSglang(raw) {
-    var got = read(raw, SGLANG_SPEC);
+    var got = checkHost(read(raw, SGLANG_SPEC));
     var v = got.values;
     if (!got.errors.length && !(v.hicache_size > 0) && !(v.ratio > 0 && v.kv_pool > 0)) {
       got.errors.push("give --hicache-size, or --hicache-ratio and the device KV pool of one rank");
@@ -222,7 +257,7 @@
       errors: [],
       input: {
         tp: v.tp, pp: v.pp, dp: v.dp, dpAttention: v.dp_attention, nnodes: v.nnodes,
-        hicacheSizeGB: v.hicache_size, ratio: v.ratio, kvPoolGiB: v.kv_pool,
+        hicacheSizeGB: v.hicache_size, ratio: v.ratio, kvPoolGiB: v.kv_pool, extraPools: v.extra_pools,
         totalGiB: v.total, availableGiB: v.available, limitGiB: v.limit,
         reserveGiB: v.reserve, headroom: v.headroom / 100,
       },
@@ -230,7 +265,7 @@
   }
 
   function readVllm(raw) {
-    var got = read(raw, VLLM_SPEC);
+    var got = checkHost(read(raw, VLLM_SPEC));
     if (got.errors.length) return { errors: got.errors };
     var v = got.values;
     return {
@@ -264,7 +299,13 @@
     var input = got.input;
     var r = sglang(input);
     if (r.cannotTell) {
-      return { verdict: "cannot-tell", lines: ["ranks on this host: " + r.how + ": " + r.why, "verdict: cannot tell"] };
+      return {
+        verdict: "cannot-tell",
+        lines: [
+          "ranks on this host: " + r.how + (r.ranks ? " = " + r.ranks : "") + ": " + r.why,
+          "verdict: cannot tell",
+        ],
+      };
     }
     var lines = [
       "ranks on this host: " + r.how + " = " + r.ranks + ", each with its own host pool",
@@ -292,7 +333,8 @@
     if (r.cannotTell) {
       var lines = ["workers on this host: " + r.how + (r.gpus ? " = " + r.gpus : "") + ": " + r.why];
       if (input.path === "lmcache") {
-        lines.push("size LMCache's max_local_cpu_size × workers instead (it is per worker).");
+        lines.push("size LMCache's max_local_cpu_size (GiB) × workers instead (it is per worker; " +
+          "LMCache #2901; for an MLA model with save_only_first_rank only the first rank does).");
       }
       lines.push("verdict: cannot tell");
       return { verdict: "cannot-tell", lines: lines };
@@ -305,7 +347,7 @@
           (r.cpuFactor > 1 ? " (pinned allocator rounding)" : " (exact buffers)") +
           " + --swap-space " + input.swapGiB + " GiB = " + fmt(r.perGpuBytes, "GiB"),
         "KV offload: " + r.kvFactor + " × " + r.kvCopies + " × " + input.kvOffloadGiB +
-          " GiB (connector: " + input.path + ", pinned " + r.kvCopies + " time(s)) = " +
+          " GiB (connector: " + input.path + ", held " + r.kvCopies + " time(s)) = " +
           fmt(r.kvHostBytes, "GiB"),
         "requested: " + r.gpus + " GPUs × " + fmt(r.perGpuBytes, "GiB") + " + " +
           fmt(r.kvHostBytes, "GiB") + " = " + fmt(r.requestedBytes, "GiB"),
@@ -340,7 +382,7 @@
     readVllm: readVllm,
     sglangLines: sglangLines,
     vllmLines: vllmLines,
-    EACH_WORKER: EACH_WORKER,
+    vllmKvCopies: vllmKvCopies,
     KV_FACTOR: KV_FACTOR,
   };
   if (typeof module !== "undefined" && module.exports) {

@@ -11,6 +11,20 @@ from runbook_runner.observe.state.fields import reported
 # NVML's errors as nvidia-smi prints them in that GPU's fields or in place of its row.
 FAULTS = ("unknown-error", "gpu-lost", "reset-required", "timed-out")
 
+# The recovery the driver says a GPU needs (Gpu.recovery_action): NVML's
+# nvmlDeviceGpuRecoveryAction_t (NVIDIA/go-nvml gen/nvml/nvml.h at 2f9e261fe40a), in the
+# order of its values 0-5: no action needed; reset the GPU; reboot the node; drain P2P
+# (quiesce peer-to-peer traffic, then ask again); drain P2P and reset the GPU; recover the
+# IMEX domain. nvidia-smi -q prints it as "GPU Recovery Action" (None, Reset, Reboot, ...).
+RECOVERY_ACTIONS = (
+    "none",
+    "gpu-reset",
+    "node-reboot",
+    "drain-p2p",
+    "drain-and-reset",
+    "recover-imex-domain",
+)
+
 
 def _word(label: str, default: str = "") -> str:
     """A field that is always reported: '' when there is nothing to say."""
@@ -47,6 +61,13 @@ class Gpu:
     ecc_uncorrected_volatile: int | None = reported("ecc.errors.uncorrected.volatile.total")
     retired_pages_pending: str | None = reported("retired_pages.pending")  # Yes / No
     remapped_rows_pending: str | None = reported("remapped_rows.pending")  # Yes / No
+    # Yes: a row remapping failed in the past (NVML nvmlDeviceGetRemappedRows failureOccurred;
+    # nvidia-smi -q 'Remapping Failure Occurred'): the GPU's memory can no longer be repaired
+    # in place. None: not printed (before Ampere, or MIG with active instances).
+    remapped_rows_failure: str | None = reported("remapped_rows.failure")
+    # RECOVERY_ACTIONS: what the driver says this GPU needs (nvidia-smi -q, driver 570+); a
+    # value not among them is kept as printed, lower case and hyphenated; None: not printed.
+    recovery_action: str | None = reported("GPU recovery action")
     # '' when the GPU answers; else what it answered instead (FAULTS): a fact about this GPU
     # alone, never about the node ("Unknown Error", "GPU is lost", "[GPU requires reset]",
     # or no answer within the per-GPU timeout).

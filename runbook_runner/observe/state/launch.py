@@ -23,9 +23,11 @@ class LaunchConfig:
     ranks_how: str | None = reported("how the ranks are counted")
     hicache_host_memory_fraction: float | None = reported("--hicache-host-memory-fraction")
     hicache_enabled: bool | None = reported("--enable-hierarchical-cache")
-    hicache_size_gb: float | None = reported("--hicache-size", "GB")
+    hicache_size_gb: int | None = reported("--hicache-size", "GB")
     hicache_ratio: float | None = reported("--hicache-ratio")
     mem_fraction_static: float | None = reported("--mem-fraction-static")
+    speculative_algorithm: str | None = reported("--speculative-algorithm")
+    attention_backend: str | None = reported("--attention-backend")
     model_path: str | None = reported("--model-path")
 
     def describe(self) -> str:
@@ -52,11 +54,12 @@ class VllmLaunchConfig:
     kv_offloading_gib: float | None = reported("--kv-offloading-size", "GiB")
     kv_offloading_backend: str | None = reported("--kv-offloading-backend")
     # Which connector holds the KV offload ('native', 'simple', 'lmcache'; None: no offload),
-    # and how many times the host pins --kv-offloading-size: 0 once in total (vLLM splits it
-    # among the workers), 1 once per worker; None where the launch cannot tell (lmcache).
+    # and how many times this host holds --kv-offloading-size: once per data-parallel engine
+    # on the default connector, once per worker on the simple one (observe/sizing.py); None
+    # where the launch cannot tell (lmcache).
     kv_offload_path: str | None = reported("KV offload connector")
-    kv_offload_each_worker: int | None = reported(
-        "the KV offload per worker (under lmcache, LMCache sizes its own pool)"
+    kv_offload_copies: int | None = reported(
+        "the copies of the KV offload on this host (under lmcache, LMCache sizes its own pool)"
     )
     # Host bytes per byte of --kv-offloading-size on that connector: 2 on the default one
     # (vLLM #53042), 1 on the simple one (exact pages); None under lmcache.

@@ -52,7 +52,7 @@ class ProcessOwner:
     node_wide: bool | None = reported("node-wide device")
     holds_gpu: bool | None = reported("holds a GPU")
     in_ps: bool | None = reported("listed by ps")
-    # Read from /proc/PID of each holder of /dev/nvidia* (environ, loginuid, mountinfo), from
+    # Read from /proc/PID of each holder of /dev/nvidia* (environ, loginuid, exe, mountinfo), from
     # ss -ltnp and from the MPS control daemon: more evidence of whose a process is.
     slurm_job_id: str | None = reported("SLURM_JOB_ID")
     kubernetes: str | None = reported("Kubernetes environment")  # KUBERNETES_SERVICE_HOST=...
@@ -60,6 +60,7 @@ class ProcessOwner:
     cuda_visible_devices: str | None = reported("CUDA_VISIBLE_DEVICES")
     loginuid: int | None = reported("login uid")  # None: unset (4294967295) or unread
     container_id: str | None = reported("container (mountinfo)")
+    executable: str | None = reported("executable (/proc/PID/exe)")
     listening: str | None = reported("listening TCP ports")  # "8000,8001"
     mps_server: int | None = reported("MPS server")  # the MPS server PID it is a client of
     owner: str | None = reported("owner")
