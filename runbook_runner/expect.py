@@ -65,7 +65,7 @@ class _Unavailable(Exception):
 def format_number(value: Any, unit: str = "") -> str:
     """``96413`` -> ``96,413 MiB``; bytes in GiB; floats without noise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return repr(value) if isinstance(value, str) else str(value)
+        return repr(str(value)) if isinstance(value, str) else str(value)  # an enum's word
     if unit == "bytes":
         return format_bytes(value)
     text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}".rstrip("0").rstrip(".")

@@ -191,7 +191,12 @@ class Printer:
         if isinstance(event, StepStarting):
             self.numbers[event.step.id] = (event.number, event.total)
         elif isinstance(event, Waiting):
-            out.live(render.wait_line(event))
+            # A terminal rewrites one line in place; elsewhere the line is kept, wrapped whole.
+            line = render.wait_line(event, **({} if out.tty else {"width": 1 << 20}))
+            head = line.find(": ") + 2  # the message gets a step line's width after it
+            out.live(
+                line if out.tty else "\n".join(render.wrapped(line, " " * 8, head + render.LINE))
+            )
         elif isinstance(event, Reconnecting) and event.step is None:
             out.live(
                 f"      connection lost; reconnecting: {event.elapsed_s:.0f}s of {event.timeout_s:.0f}s"
@@ -302,10 +307,14 @@ def debrief(
     out.line("")
     out.line(style(f"Debrief: {scenario.name}", "bold"))
     out.line(f"  What was wrong: {scenario.wrong}")
-    xids = report.before.state.get("xids") if report.before is not None else None
+    before = report.before.state if report.before is not None else {}
+    xids, gpus = before.get("xids"), before.get("gpus")
+    index = {g.pci: g.index for g in gpus if g.pci} if isinstance(gpus, tuple) else {}
     for event in xids if isinstance(xids, tuple) else ():
+        # The GPU's index first: every command takes -i N, not the PCI address.
+        where = f"GPU {index[event.pci]} ({event.pci})" if event.pci in index else event.pci
         out.line(
-            f"  The kernel logged: Xid {event.code} on {event.pci}: {event.action} "
+            f"  The kernel logged: Xid {event.code} on {where}: {event.action} "
             f"({event.meaning}); NVIDIA's Xid catalog: {XID_CATALOG}"
         )
     out.line("  What the run did:")
@@ -347,8 +356,7 @@ def debrief(
     for record in report.steps:
         if record.status == StepStatus.SKIPPED:
             continue
-        note = f"  ({record.message})" if record.status in EXPLAINED else ""
-        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+        out.line(f"    {record.id:<24} {record.status}{_note(record)}"[:160])
     if report.ok:
         out.line(f"  The rung that worked: {style(str(report.reached_by), 'green', 'bold')}")
     else:
@@ -373,8 +381,7 @@ def state_debrief(
     out.line(style("Debrief", "bold"))
     out.line("  Rungs:" if report.steps else "  Rungs: none ran")
     for record in report.steps:
-        note = f"  ({record.message})" if record.status in EXPLAINED else ""
-        out.line(f"    {record.id:<24} {record.status}{note}"[:160])
+        out.line(f"    {record.id:<24} {record.status}{_note(record)}"[:160])
     out.line("  What changed on the host:")
     for change in changes or ["nothing"]:
         out.line(f"    $ {change}")
@@ -389,3 +396,10 @@ def state_debrief(
         out.line("  Read next:")
         for page in report.runbook.docs:
             out.line(f"    docs/{page}")
+
+
+def _note(record: Any) -> str:
+    """A debrief's why of a rung, without the status it repeats ("blocked (blocked: ...)")."""
+    if record.status not in EXPLAINED:
+        return ""
+    return f"  ({record.message.removeprefix(f'{record.status}: ')})"

@@ -5,7 +5,7 @@
 - ``run --check`` / ``-C``: Ansible's dry run; ours is ``runbook plan`` (``run --dry-run``).
 - ``-w NODESET``: clush's spelling of ``--hosts`` (see cli/parser.py).
 - Shell completion (bash, zsh) through argcomplete: subcommands, runbook names, and the
-  ``--set`` parameter names of the runbook already on the line. argcomplete is imported only
+  ``--set`` parameter names of the runbook already on the line, the ``--scenario`` names. argcomplete is imported only
   when the shell asks for completions (``_ARGCOMPLETE`` in the environment), never on a
   normal start.
 """
@@ -127,6 +127,21 @@ def parameter_settings(prefix: str, parsed_args: argparse.Namespace, **_: Any) -
         for name, spec in runbook.parameters.items()
         if f"{name}=".startswith(prefix)
     }
+
+
+def scenario_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """The rows of the scenario matrix (``drill`` also takes 'random')."""
+    from runbook_runner.simhost.scenarios import SCENARIOS
+
+    names = [*SCENARIOS, *(["random"] if getattr(parsed_args, "command", None) == "drill" else [])]
+    return [name for name in names if name.startswith(prefix)]
+
+
+def scenario_option(group: Any, **kwargs: Any) -> argparse.Action:
+    """``--scenario`` on ``group`` (a parser or a group of one), completing the names."""
+    action: argparse.Action = group.add_argument("--scenario", **kwargs)
+    attach([action], scenario_names)
+    return action
 
 
 def complete_if_asked(parser: argparse.ArgumentParser) -> None:

@@ -232,6 +232,10 @@ def _add_consent_options(sub: argparse.ArgumentParser) -> None:
 
 
 SCENARIO_NAMES = "{scenarios}"
+STATE_HELP = (
+    "a YAML file describing the host: its keys are in docs/manual/authoring.md "
+    "(step 4 of 'Add a runbook')"
+)
 
 
 class _CommandFormatter(argparse.RawDescriptionHelpFormatter):
@@ -452,8 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
         ],
         habits.runbook_names,
     )
-    drill.add_argument(
-        "--scenario",
+    habits.scenario_option(
+        drill,
         default="oom-crash",
         help="a scenario of the matrix (runbook_runner/simhost/scenarios.py): "
         + SCENARIO_NAMES
@@ -492,10 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
         habits.runbook_names,
     )
     given = test.add_mutually_exclusive_group()
-    given.add_argument("--scenario", help="a drill scenario: " + SCENARIO_NAMES)
-    given.add_argument(
-        "--state", metavar="STATE.yaml", help="a YAML file describing the host (see the README)"
-    )
+    habits.scenario_option(given, help="a drill scenario: " + SCENARIO_NAMES)
+    given.add_argument("--state", metavar="STATE.yaml", help=STATE_HELP)
     test.add_argument(
         "--allow-reboot", action="store_true", help="let a step that reboots the simulated host run"
     )
@@ -552,8 +554,8 @@ def _add_compare(add: Any) -> None:
         help="the runbook after the change; without it, OLD's file as of the last commit "
         "(git show HEAD:PATH) is compared with the working copy",
     )
-    compare.add_argument(
-        "--scenario",
+    habits.scenario_option(
+        compare,
         action="append",
         default=[],
         metavar="NAME",

@@ -13,7 +13,8 @@ which it used:
 
 A digest alone proves nothing (anyone can recompute it), so one of them is required. The
 plan then pins the host it was made on (its key and ``ssh -G`` destination) for the
-connection: ssh/connect.py refuses another before logging in.
+connection: ssh/connect.py refuses another before logging in, and a host known_hosts does
+not know is accepted when it offers the key the approved plan records (ssh/hostkeys.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def read(request: Request) -> Request:
         port = target.port
         if port is None and isinstance(asked.get("port"), int):
             port = asked["port"]
-        target = replace(target, host=asked["host"], port=port)
+        user = target.user
+        if user is None and approved.destination is not None:
+            user = approved.destination[2]  # the user OpenSSH resolved when it was made
+        target = replace(target, host=asked["host"], port=port, user=user)
     from runbook_runner.ssh.target import PlanPin
 
     request = replace(
@@ -69,6 +73,10 @@ def approval(
     else the signer); refused (exit 2) when it is not proved."""
     plan = str(given.plan)
     approved_by = given.approved_by
+    if approved_by is not None and not approved_by.strip():
+        raise UsageError(
+            "--approved-by is empty: name the person who approved the plan", "runbook run"
+        )
     said: list[str] = []
     if given.allowed_signers:
         from runbook_runner.ssh import signatures

@@ -300,9 +300,14 @@ def owner_lines(runbook: Runbook, state: Mapping[str, Any]) -> list[str]:
         where = f" on /dev/nvidia{','.join(map(str, gpus))}" if gpus else ""
         verdict = _VERDICT.get(row.disposition or "", row.disposition or "?")
         command = visible((row.command or "?")[:60], lines=False, tabs=False)
+        why = (
+            row.reason
+            if row.evidence in (None, "", row.reason)
+            else f"{row.reason}; {row.evidence}"
+        )
         lines.append(
             f"  PID {pid} {command}{where}: {row.owner}, {verdict}: "
-            + visible(f"{row.reason}; {row.evidence}", lines=False, tabs=False)
+            + visible(why, lines=False, tabs=False)
         )
     return lines
 
@@ -355,14 +360,31 @@ def step_line(record: StepRecord, number: int, total: int, style: Style) -> str:
         label, colour = "waited", "cyan"  # it showed that waiting cannot help: not a failure
     head = f"  [{number}/{total}] {record.id:<28} {style(f'{label:<9}', colour)} {record.duration_s:6.1f}s"
     what = record.message
+    if record.status == StepStatus.BLOCKED:  # the status says it: not "BLOCKED blocked: ..."
+        what = what.removeprefix("blocked: ")
     if record.targets and record.status == StepStatus.OK and record.commands:
         what = f"on {', '.join(record.targets)}" + (f"; {what}" if what else "")
-    if len(what) > LINE:
-        what = what[: LINE - 1] + "…"
-    return f"{head}  {what}".rstrip() if what else head
+    if not what:
+        return head
+    return "\n".join(wrapped(f"{head}  {what}", " " * 8, width=len(head) + 2 + LINE))
 
 
-LINE = 150  # the most of a message a progress or verdict line shows (--json has it whole)
+LINE = 150  # the width a progress or verdict line wraps at
+MOST_LINES = 6  # a message longer than this many lines says where the rest is
+
+
+def wrapped(line: str, indent: str, width: int = LINE) -> list[str]:
+    """``line`` wrapped at ``width`` on spaces (the fact at the end is shown, not cut), the
+    lines after the first indented; past ``MOST_LINES`` it says where the rest is."""
+    if len(line) <= width:
+        return [line]
+    lines = textwrap.wrap(
+        line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+    )
+    if len(lines) > MOST_LINES:
+        more = "… (more in --json and the journal)"
+        lines = [*lines[: MOST_LINES - 1], lines[MOST_LINES - 1][: width - len(more)] + more]
+    return lines
 
 
 def folded_line(steps: Sequence[str]) -> str:
@@ -426,9 +448,6 @@ def check_summary(results: Sequence[CheckResult], runbook: Runbook, style: Style
 def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done") -> list[str]:
     """The verdict's lines, the last on the screen: done, left alone, still wrong, next."""
 
-    def cut(text: str) -> str:
-        return text if len(text) <= LINE else text[: LINE - 1] + "…"
-
     lines = []
     for label, items, empty in (
         (done, verdict.done, "nothing changed on the host"),
@@ -442,7 +461,7 @@ def verdict_lines(verdict: Verdict, nexts: Sequence[str], *, done: str = "done")
             if not mark or not look.endswith(")"):
                 said, look = item, ""
             line = f"  {label}: {said}" if i == 0 else f"{pad}{said}"
-            lines.append(line if label == "next" else cut(line))  # a command is shown whole
+            lines += [line] if label == "next" else wrapped(line, pad + "  ")  # a command whole
             if look:  # the command a person runs to look at it, whole, on its own line
                 lines.append(f"{pad}  look: {look[:-1]}")
     return lines

@@ -182,7 +182,10 @@ def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, fold
 
 
 def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
-    """Register ``runbook sim`` (called from cli/__init__.py; ``handler`` runs cmd_sim)."""
+    """Register ``runbook sim`` (called from cli/parser.py; ``handler`` runs cmd_sim)."""
+    from runbook_runner.cli import habits
+    from runbook_runner.cli.parser import STATE_HELP
+
     sim = add(
         "sim",
         handler,
@@ -190,14 +193,12 @@ def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
         "runbook sim --scenario oom-crash",
     )
     given = sim.add_mutually_exclusive_group()
-    given.add_argument(
-        "--scenario",
+    habits.scenario_option(
+        given,
         default="oom-crash",
         help="a drill scenario to start in: " + scenario_names + " (default: oom-crash)",
     )
-    given.add_argument(
-        "--state", metavar="STATE.yaml", help="a YAML file describing the host (see the README)"
-    )
+    given.add_argument("--state", metavar="STATE.yaml", help=STATE_HELP)
     sim.add_argument(
         "--hosts",
         type=int,

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from runbook_runner import exitcodes
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
 
 # A word holding a backslash, outside a code span: Markdown would eat the backslash
@@ -186,13 +187,7 @@ def failure_modes(runbook: Runbook, written: Mapping[str, Any] | None) -> list[s
             if runbook.steps
             else "The goal is then not known to hold."
         ),
-        "- Exit codes: 0 the goal holds, 1 it does not, 2 bad input, 3 the host cannot be "
-        "reached"
-        + (
-            ", 4 you declined a step, 5 another run holds the host's lock."
-            if runbook.steps
-            else "."
-        ),
+        "- " + exitcodes.sentence(),
         "",
         "### What to do then",
         "",

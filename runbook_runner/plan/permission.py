@@ -107,11 +107,12 @@ def permitted(
             blocked.append("cannot tell who holds: " + "; ".join(unknown))
         return Permission(tuple(items) if not blocked else (), tuple(left), tuple(blocked))
     held: list[LeftAlone] = []
+    reaching: list[_ReachesEveryGpu] = []
     for item in items:
         if item is None:
             allowed.append(item)
             continue
-        verdict: LeftAlone | str | None
+        verdict: LeftAlone | _ReachesEveryGpu | str | None
         if affects in (None, "process") and getattr(item, "pid", None) is not None:
             verdict = _for_pid(item.pid, by_pid)
         elif affects == "gpu" and item_minor(item) is not None:
@@ -127,8 +128,16 @@ def permitted(
         elif isinstance(verdict, LeftAlone):
             held.append(verdict)
             left.append(verdict.said())
+        elif isinstance(verdict, _ReachesEveryGpu):
+            reaching.append(verdict)
         else:
             blocked.append(verdict)
+    if reaching:
+        units = ", ".join(r.unit for r in reaching)
+        holders = dict.fromkeys(u for r in reaching for u in r.unknown)  # each said once
+        blocked.append(
+            f"stopping {units} reaches every GPU; cannot tell who holds: " + "; ".join(holders)
+        )
     return Permission(tuple(allowed), tuple(left), tuple(blocked), tuple(held))
 
 
@@ -220,10 +229,19 @@ def _for_reach(
     return None
 
 
+@dataclass(frozen=True)
+class _ReachesEveryGpu:
+    """A GPU service whose stop reaches every GPU, beside holders nobody can attribute: the
+    step is blocked (the units of one step share one reason, said once)."""
+
+    unit: str
+    unknown: tuple[str, ...]
+
+
 def _for_unit(
     subject: Subject, unit: str, owners: Sequence[ProcessOwner], stops: bool
-) -> LeftAlone | str | None:
-    """None: allowed; a LeftAlone: this unit is kept; a text: the step is blocked."""
+) -> LeftAlone | _ReachesEveryGpu | str | None:
+    """None: allowed; a LeftAlone: this unit is kept; otherwise the step is blocked."""
     if unit in INFRASTRUCTURE_UNITS or unit.removesuffix(".service") + ".service" in (
         INFRASTRUCTURE_UNITS
     ):
@@ -231,9 +249,7 @@ def _for_unit(
         if unknown:
             # Stopping a GPU service reaches every GPU of the node (persistence, monitoring,
             # the fabric): a node-wide rung, which cannot be scoped past such a holder.
-            return f"stopping {unit} reaches every GPU; cannot tell who holds: " + "; ".join(
-                unknown
-            )
+            return _ReachesEveryGpu(unit, tuple(unknown))
         return None
     if not subject.unit_matches(unit):
         return LeftAlone(

@@ -89,6 +89,15 @@ def verify_host_key(
             f"@cert-authority for {name} ({where}), and the host offered the plain key {offered}",
             "add the host's own key to known_hosts (ssh-keyscan, checked out of band)",
         )
+    pin = target.plan_pin
+    if pin is not None and pin.host_key == blob_fingerprint(blob):
+        # run --plan: known_hosts does not know the host, and it offered the key the
+        # approved plan was made with (that key was verified when the plan was made).
+        hooks.on_notice(
+            f"{target.label}: not in known_hosts; its key {offered} is the one the plan "
+            f"{pin.plan} records: accepted for this run, not recorded"
+        )
+        return
     if not target.accept_new_host_key:
         known = (
             f" (known_hosts has only {', '.join(decision.other_types)} for it)"

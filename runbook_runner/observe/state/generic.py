@@ -43,4 +43,4 @@ class TableRow(OpenRecord):
     extra: tuple[tuple[str, str], ...] = extra_values()
 
     def describe(self) -> str:
-        return "row " + " ".join(value for _, value in self.extra)[:80]
+        return " ".join(value for _, value in self.extra)[:80] or "an empty row"
