@@ -20,8 +20,10 @@ records, read from the host (``observe/proctree.py``):
 
 Each verdict carries its evidence. A subject's instance is *broken* on evidence only:
 its health endpoint fails or times out (probed on the port its own command line gives,
-else the kind's default), one of its processes is in D or Z state, or its launcher is
-gone. A healthy instance is left alone; one whose health cannot be told is not acted on.
+else the kind's default), its own metrics show requests waiting and no token generated
+over the window (livelocked behind a 200), one of its processes is in D or Z state, or its
+launcher is gone. A healthy instance is left alone; one whose health cannot be told is not
+acted on.
 
 plan/permission.py turns these verdicts into what a destructive step may touch.
 """
@@ -49,9 +51,11 @@ from runbook_runner.plan.health import (
     Probe,
     ProbeResult,
     UnitProbe,
+    judge_metrics,
     judge_probe,
     judge_unit,
     launcher_port,
+    metrics_command,
     unit_probes,
 )
 from runbook_runner.runbook import Subject
@@ -67,6 +71,7 @@ __all__ = [
     "UnitProbe",
     "Word",
     "classify",
+    "judge_metrics",
     "judge_probe",
     "judge_unit",
     "probes",
@@ -293,7 +298,10 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
         command = (
             f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {seconds} {shlex.quote(url)}"
         )
-        wanted.append(Probe(pid, port, url, command))
+        metrics = metrics_command(subject, port) if subject.metrics_path else ""
+        wanted.append(
+            Probe(pid, port, url, command, metrics, subject.metrics_path, subject.metrics_window_s)
+        )
     return wanted
 
 

@@ -891,3 +891,14 @@ def gpu_service_impostor() -> SimHost:
         )
     )
     return host
+
+
+def livelocked_behind_health() -> SimHost:
+    """The SGLang server, launched with --enable-metrics, holds every GPU and its /health
+    answers 200, while its engine is livelocked: 12 requests wait, none runs, and its token
+    counter stands still (sglang/sglang#4191: /health 200, generation hung)."""
+    host = eight_gpu_server()
+    host.processes = _server(teardown_s=15.0)
+    host.processes[0].cmdline = LAUNCH + " --enable-metrics"
+    host.processes[0].livelocked = 12
+    return host
