@@ -227,6 +227,8 @@ def judge_metrics(
             why = f"its metrics answered an error ({said})"
         elif exit_status == 127:
             why = "curl or sleep is missing on the host"
+        elif exit_status == 0:
+            why = "its metrics answered once, not twice"
         else:
             why = f"its metrics could not be read (exit {exit_status}" + (
                 f": {said})" if said else ")"
