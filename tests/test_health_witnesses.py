@@ -6,10 +6,13 @@ and vLLM's PrometheusStatLogger show it: HELP and TYPE lines, a model_name label
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 
 import pytest
+from sshd import only_simulated_hosts_start
 
+from runbook_runner.cli import main
 from runbook_runner.observe.state import ProcessOwner
 from runbook_runner.plan import ownership
 from runbook_runner.plan.health import (
@@ -23,6 +26,9 @@ from runbook_runner.plan.health import (
     parse_exposition,
 )
 from runbook_runner.runbook import Subject
+from runbook_runner.simhost.hosts import LAUNCH
+from runbook_runner.simhost.model import SimProcess
+from runbook_runner.simhost.system_tools import metrics
 
 SUBJECT = Subject(
     description="the server",
@@ -193,3 +199,35 @@ def test_a_probe_asks_the_metrics_only_where_the_subject_names_them():
     assert plain.metrics_command == ""
     (both,) = ownership.probes(dataclasses.replace(subject, metrics_path="/metrics"), records)
     assert "http://127.0.0.1:8001/metrics" in both.metrics_command
+
+
+# -- the simulated host's /metrics, and the run's verdict over SSH ---------------------------
+
+
+def test_the_simulated_engine_counts_tokens_while_serving_and_stands_still_livelocked():
+    serving = SimProcess(pid=1, cmdline="vllm serve m", born=0.0)
+    first, second = metrics(serving, 100.0), metrics(serving, 105.0)
+    assert first is not None
+    assert second is not None
+    before, after = parse_exposition(first), parse_exposition(second)
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] > 0
+    stuck = SimProcess(pid=2, cmdline=LAUNCH + " --enable-metrics", livelocked=12)
+    assert metrics(stuck, 100.0) == metrics(stuck, 105.0)
+    assert parse_exposition(metrics(stuck, 100.0) or "")["sglang:num_queue_reqs"] == 12
+    assert metrics(SimProcess(pid=3, cmdline=LAUNCH), 100.0) is None  # no --enable-metrics: 404
+
+
+@pytest.mark.parametrize(
+    ("scenario", "pid", "said"),
+    [
+        ("healthy-server", 4101, "healthy on /health alone: no /metrics (404)"),
+        ("port-from-config", 5201, "8 requests running, 0 waiting, 7,500 tokens in 5 s (vLLM"),
+        ("livelocked-behind-health-200", 4101, "broken: livelocked: 12 requests waiting, 0 tok"),
+    ],
+)
+def test_the_run_says_which_witnesses_it_had(monkeypatch, capsys, scenario, pid, said):
+    only_simulated_hosts_start(monkeypatch)
+    main(["drill", "gpu-oom-recovery", "--scenario", scenario, "--dry-run", "--json"])
+    document = json.loads(capsys.readouterr().out)
+    holders = {h["pid"]: h for h in document["state"]["holders"]}
+    assert said in holders[pid]["reason"]
