@@ -157,6 +157,20 @@ def judge_probe(probe: Probe, exit_status: int | None, stdout: str, stderr: str)
     )
 
 
+def probe_of(subject: Subject, instance: int, port: int) -> Probe:
+    """The health request for one instance on its port, with its metrics' where the subject
+    names them."""
+    url = f"http://127.0.0.1:{int(port)}{subject.health_path}"
+    command = (
+        f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {subject.health_timeout_s:g} "
+        f"{shlex.quote(url)}"
+    )
+    metrics = metrics_command(subject, port) if subject.metrics_path else ""
+    return Probe(
+        instance, port, url, command, metrics, subject.metrics_path, subject.metrics_window_s
+    )
+
+
 def metrics_command(subject: Subject, port: int) -> str:
     """Two reads of the server's metrics, ``window`` seconds apart, in one request; the
     second only when the first answered (``--fail``: a 404 is an exit of 22)."""

@@ -31,7 +31,6 @@ plan/permission.py turns these verdicts into what a destructive step may touch.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -55,7 +54,7 @@ from runbook_runner.plan.health import (
     judge_probe,
     judge_unit,
     launcher_port,
-    metrics_command,
+    probe_of,
     unit_probes,
 )
 from runbook_runner.runbook import Subject
@@ -291,17 +290,8 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
         if process.owner is not Owner.OURS or process.instance != pid:
             continue
         port, _ = health_port(subject, table, pid)
-        if port is None:
-            continue
-        url = f"http://127.0.0.1:{port}{subject.health_path}"
-        seconds = f"{subject.health_timeout_s:g}"
-        command = (
-            f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {seconds} {shlex.quote(url)}"
-        )
-        metrics = metrics_command(subject, port) if subject.metrics_path else ""
-        wanted.append(
-            Probe(pid, port, url, command, metrics, subject.metrics_path, subject.metrics_window_s)
-        )
+        if port is not None:
+            wanted.append(probe_of(subject, pid, port))
     return wanted
 
 
