@@ -193,6 +193,10 @@ class Subject:
     health_path: str = ""
     ports: tuple[tuple[str, int], ...] = ()
     health_timeout_s: float = 5.0
+    # The server's own Prometheus metrics on the same port, read twice this far apart: the
+    # second witness of its health (plan/health.py); "" asks /health alone.
+    metrics_path: str = ""
+    metrics_window_s: float = 5.0
     # How long a live launcher whose port is closed may still be loading (plan/ownership.py):
     # a number, or '{{ NAME }}' of a parameter (filled in by with_parameters).
     startup_grace: str = ""
@@ -534,5 +538,7 @@ def _subject(spec: Mapping[str, Any] | None) -> Subject | None:
         health_path=health.get("path", ""),
         ports=tuple((pattern, int(port)) for pattern, port in (health.get("ports") or {}).items()),
         health_timeout_s=float(health.get("timeout", 5.0)),
+        metrics_path=health.get("metrics", ""),
+        metrics_window_s=float(health.get("window", 5.0)),
         startup_grace=str(health.get("startup_grace", "")),
     )

@@ -206,7 +206,8 @@ class Observing:
         self, subject: Subject, records: tuple[ProcessOwner, ...]
     ) -> tuple[ProcessOwner, ...]:
         """Who owns each process, and whether the subject's instances are broken: their
-        health is asked on the host, one request per live instance."""
+        health is asked on the host, one request per live instance, and of one that answers
+        200 its metrics, twice over the window, in one more request (plan/health.py)."""
         results = []
         for probe in ownership.probes(subject, records):
             try:
@@ -223,7 +224,21 @@ class Observing:
                 )
                 continue
             status = None if answer.timed_out else answer.exit_status
-            results.append(ownership.judge_probe(probe, status, answer.stdout, answer.stderr))
+            result = ownership.judge_probe(probe, status, answer.stdout, answer.stderr)
+            if result.health is ownership.Health.HEALTHY and probe.metrics_command:
+                seconds = 2 * subject.health_timeout_s + probe.window_s + 10.0
+                try:
+                    second = self.transport.run(
+                        OBSERVE_IN_C_LOCALE + probe.metrics_command, seconds
+                    )
+                except ConnectionLost:
+                    result = ownership.judge_metrics(probe, result, 255, "", "connection dropped")
+                else:
+                    status = None if second.timed_out else second.exit_status
+                    result = ownership.judge_metrics(
+                        probe, result, status, second.stdout, second.stderr
+                    )
+            results.append(result)
         restarts: dict[str, int] = {}
         for unit_probe in ownership.unit_probes(subject, records):
             try:

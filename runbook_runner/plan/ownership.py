@@ -20,16 +20,16 @@ records, read from the host (``observe/proctree.py``):
 
 Each verdict carries its evidence. A subject's instance is *broken* on evidence only:
 its health endpoint fails or times out (probed on the port its own command line gives,
-else the kind's default), one of its processes is in D or Z state, or its launcher is
-gone. A healthy instance is left alone; one whose health cannot be told, or an MPS client
-whose daemon cannot be asked, is not acted on. plan/permission.py turns these verdicts
-into what a destructive step may touch.
+else the kind's default), its own metrics show requests waiting and no token generated
+over the window (livelocked behind a 200), one of its processes is in D or Z state, or its
+launcher is gone. A healthy instance is left alone; one whose health cannot be told, or an
+MPS client whose daemon cannot be asked, is not acted on. plan/permission.py turns these
+verdicts into what a destructive step may touch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,9 +51,11 @@ from runbook_runner.plan.health import (
     Probe,
     ProbeResult,
     UnitProbe,
+    judge_metrics,
     judge_probe,
     judge_unit,
     launcher_port,
+    probe_of,
     unit_probes,
 )
 from runbook_runner.runbook import Subject
@@ -69,6 +71,7 @@ __all__ = [
     "UnitProbe",
     "Word",
     "classify",
+    "judge_metrics",
     "judge_probe",
     "judge_unit",
     "probes",
@@ -288,14 +291,8 @@ def probes(subject: Subject, records: Sequence[ProcessOwner]) -> list[Probe]:
         if process.owner is not Owner.OURS or process.instance != pid:
             continue
         port, _ = health_port(subject, table, pid)
-        if port is None:
-            continue
-        url = f"http://127.0.0.1:{port}{subject.health_path}"
-        seconds = f"{subject.health_timeout_s:g}"
-        command = (
-            f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {seconds} {shlex.quote(url)}"
-        )
-        wanted.append(Probe(pid, port, url, command))
+        if port is not None:
+            wanted.append(probe_of(subject, pid, port))
     return wanted
 
 

@@ -918,3 +918,14 @@ def mps_daemon_unreachable() -> SimHost:
     host = mps_client_hung()
     host.processes = [p for p in host.processes if p.pid != 7800]  # not in this namespace
     return host
+
+
+def livelocked_behind_health() -> SimHost:
+    """The SGLang server, launched with --enable-metrics, holds every GPU and its /health
+    answers 200, while its engine is livelocked: 12 requests wait, none runs, and its token
+    counter stands still (sglang/sglang#4191: /health 200, generation hung)."""
+    host = eight_gpu_server()
+    host.processes = _server(teardown_s=15.0)
+    host.processes[0].cmdline = LAUNCH + " --enable-metrics"
+    host.processes[0].livelocked = 12
+    return host

@@ -100,6 +100,9 @@ class SimProcess:
     cgroup: str = ""  # /proc/PID/cgroup's path; "" derives it from the unit or the user
     listens: int | None = None  # the TCP port its HTTP server listens on (its health endpoint)
     health: str = "ok"  # what that endpoint does: ok (200), error (503), hung (no answer)
+    # Its engine livelocked behind that endpoint: this many requests wait, none runs, and its
+    # token counter stands still (/metrics); 0: it serves, its counter advancing.
+    livelocked: int = 0
     born: float = -3600.0  # simulated time it was started (ps etimes)
     start_ticks: int = 0  # a real stand-in server's start time (/proc/PID/stat), 0: none
     pgid: int = 0  # its process group (0: its own, as a process that called setsid)

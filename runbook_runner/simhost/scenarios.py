@@ -44,6 +44,7 @@ from runbook_runner.simhost.hosts import (
     host_ram_leak,
     host_ram_unpinning,
     leaked_shm,
+    livelocked_behind_health,
     mig_gpu1_in_use,
     mps_client_hung,
     mps_daemon_unreachable,
@@ -916,6 +917,21 @@ MATRIX += (
         exit_code=1,
         message="MPS control daemon could not be asked",
         left_alone=(4201,),
+    ),
+    Scenario(
+        "livelocked-behind-health-200",
+        "an API process answers /health 200 while its engine generates nothing: healthy takes "
+        "two witnesses, and requests waiting with no token generated is broken",
+        livelocked_behind_health,
+        wrong="the SGLang server (--enable-metrics) holds every GPU and /health answers 200, "
+        "while its /metrics says 12 requests wait and its token counter stands still",
+        expert="read its own /metrics twice a few seconds apart: 12 waiting, 0 tokens: it is "
+        "ours and broken; SIGTERM the server's processes, reset nothing else",
+        actions=_pids(4101, *RANKS),
+        ideal_s=30,  # the expert too waits out the window between two reads of the counters
+        lesson="a 200 from /health is one witness: the engine's own counters must move too",
+        page="pitfalls/ours-and-broken.md#healthy-on-two-witnesses",
+        thread="https://github.com/sgl-project/sglang/issues/4191",
     ),
 )
 

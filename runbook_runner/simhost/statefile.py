@@ -14,6 +14,8 @@ filesystem and /dev/shm)::
          ppid: 4100, pgid: 4100, sid: 4100, user: svc, unit: sglang.service,
          cgroup: /system.slice/sglang.service, state: S, environ: {CUDA_VISIBLE_DEVICES: "0"},
          exe: /usr/bin/python3.12}  # /proc/PID/exe (default: a path its command starts with)
+                                     # a server: listens: 30000, health: ok | error | hung,
+                                     #   livelocked: 12 (requests wait, /metrics stands still)
                                      # on a MIG GPU: mig_gi, mig_ci (the instance it runs in)
     services:                        # systemctl; MainPID, NRestarts, journalctl's lines
       - {name: sglang, active: true, main_pid: 4100, restarts: 0, log: ["..."]}

@@ -1,5 +1,5 @@
 """The simulated system tools: free, df, dmesg, date, systemctl, journalctl, curl (a
-server's health endpoint), reboot.
+server's health endpoint and its Prometheus metrics), reboot.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from runbook_runner.simhost.env import Env, option
 from runbook_runner.simhost.model import (
     DAEMON_PID,
     EPOCH,
+    SimProcess,
 )
 
 
@@ -200,9 +201,46 @@ def reboot(env: Env, args: list[str]) -> int:
     return 0
 
 
+TOKENS_PER_S = 1_500.0  # what a serving simulated engine generates
+RUNNING = 8  # the requests a serving simulated engine runs
+
+
+def metrics(process: SimProcess, now: float) -> str | None:
+    """A server's /metrics as its kind exposes them (plan/health.py cites the names), or None
+    (404): vLLM always serves them, SGLang only with --enable-metrics. Serving, its token
+    counter advances with the simulated clock; livelocked, requests wait and it stands still."""
+    command = process.cmdline
+    if "vllm" in command:
+        running, waiting, tokens = (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:generation_tokens_total",
+        )
+    elif "sglang" in command and "--enable-metrics" in command:
+        running, waiting, tokens = (
+            "sglang:num_running_reqs",
+            "sglang:num_queue_reqs",
+            "sglang:generation_tokens_total",
+        )
+    else:
+        return None
+    served = max(0.0, now - max(process.born, process.starts_at))
+    if process.livelocked:
+        counts = (0, process.livelocked, TOKENS_PER_S * 600)
+    else:
+        counts = (RUNNING, 0, TOKENS_PER_S * served)
+    label = '{model_name="default"}'
+    lines = []
+    kinds = ("gauge", "gauge", "counter")
+    for name, kind, value in zip((running, waiting, tokens), kinds, counts, strict=True):
+        lines += [f"# TYPE {name} {kind}", f"{name}{label} {float(value)!r}"]
+    return "\n".join(lines) + "\n"
+
+
 def curl(env: Env, args: list[str]) -> int:
-    """curl [-sS] [-o FILE] [-w '%{http_code}'] [--max-time S] http://127.0.0.1:PORT/PATH:
-    a server's health endpoint, as the process that listens on PORT answers it."""
+    """curl [-sS] [--fail] [-o FILE] [-w '%{http_code}'] [--max-time S]
+    http://127.0.0.1:PORT/PATH: a server's health endpoint or its /metrics, as the process
+    that listens on PORT answers them."""
     url = next((a for a in args if a.startswith("http://")), None)
     match = re.match(r"http://(?:127\.0\.0\.1|localhost)(?::(\d+))?(/.*)?$", url or "")
     if match is None:
@@ -230,9 +268,16 @@ def curl(env: Env, args: list[str]) -> int:
             "with 0 bytes received\n"
         )
         return 28
-    code = "200" if server.health == "ok" else "503"
-    body = "" if "-o" in args else ("OK" if code == "200" else "unhealthy")
-    env.out(body + write.replace("%{http_code}", code))
+    if match[2] == "/metrics":
+        text = metrics(server, host.now)
+        code, body = ("200", text) if text is not None else ("404", "Not Found")
+    else:
+        code = "200" if server.health == "ok" else "503"
+        body = "OK" if code == "200" else "unhealthy"
+    if int(code) >= 400 and ("--fail" in args or "-f" in args):
+        env.err(f"curl: (22) The requested URL returned error: {code}\n")
+        return 22
+    env.out(("" if "-o" in args else body) + write.replace("%{http_code}", code))
     return 0
 
 
