@@ -929,3 +929,23 @@ def livelocked_behind_health() -> SimHost:
     host.processes[0].cmdline = LAUNCH + " --enable-metrics"
     host.processes[0].livelocked = 12
     return host
+
+
+def defunct_holder() -> SimHost:
+    """SGLang started by hand from alice's shell crashed: its launcher is defunct with its
+    threads still alive (ps: Zl) and holds GPUs 0-3 until its parent, her login shell,
+    reaps it; the shell is hers, not the server's."""
+    host = eight_gpu_server()
+    host.processes = [
+        SimProcess(pid=6980, cmdline="sshd: alice@pts/2", born=-7200.0),
+        SimProcess(pid=6981, ppid=6980, cmdline="-bash", user="alice", born=-7200.0),
+        SimProcess(
+            pid=4101,
+            ppid=6981,
+            cmdline=LAUNCH.replace("--tp-size 8", "--tp-size 4"),
+            gpu_mib={str(gpu): 88_000 for gpu in range(4)},
+            user="alice",
+            defunct=True,
+        ),
+    ]
+    return host

@@ -91,6 +91,9 @@ class SimProcess:
     teardown_s: float = 0.0  # after a fatal signal, seconds in D state before it is gone
     ignores_term: bool = False
     stuck: bool = False  # in D state for good: no signal ends it
+    # Defunct with threads still alive (ps: Zl): no signal reaches it, and it keeps its GPU
+    # memory until its parent reaps it (the parent's exit hands it to init, which does).
+    defunct: bool = False
     exits_at: float | None = None  # simulated time at which it is gone
     user: str = "root"
     hidden: bool = False  # in another PID namespace (a container): not in ps or nvidia-smi's list

@@ -28,6 +28,7 @@ from runbook_runner.simhost.hosts import (
     crash_loop_unknown_cause,
     daemon_holds_gpu,
     daemons_hold_every_gpu,
+    defunct_holder,
     driver_asks_reboot,
     driver_not_built_for_kernel,
     driver_not_loaded,
@@ -932,6 +933,25 @@ MATRIX += (
         lesson="a 200 from /health is one witness: the engine's own counters must move too",
         page="pitfalls/ours-and-broken.md#healthy-on-two-witnesses",
         thread="https://github.com/sgl-project/sglang/issues/4191",
+    ),
+    Scenario(
+        "defunct-holder",
+        "the crashed launcher is defunct (Zl) on GPUs 0-3 and its parent is alice's login "
+        "shell: no signal and no reset frees them; its parent reaps it",
+        defunct_holder,
+        wrong="python3 -m sglang.launch_server (--tp-size 4), defunct with its threads alive, "
+        "holds GPUs 0-3; its parent is alice's -bash",
+        expert="touch nothing: a zombie is ended by its parent (a reset is refused while it "
+        "holds the GPU, and the GPU services and driver reload reach the whole node); ask "
+        "alice to end or wait on her shell's job, or kill the shell if she agrees",
+        actions=(),
+        ideal_s=30,  # the teardown wait shows the memory is not falling
+        lesson="a defunct holder ends through its parent, never through resets",
+        page="pitfalls/orphaned-gpu-memory.md#what-blocks-a-gpu-reset",
+        ends="stopped",
+        exit_code=1,
+        message="its parent must reap it",
+        thread="https://forums.developer.nvidia.com/t/gpu-memory-not-released-zombie-process/",
     ),
 )
 

@@ -56,6 +56,8 @@ class SimProcesses:
 
     def alive(self, pid: int) -> bool:
         process = self._find(pid)
+        if process is not None and process.defunct:  # reaped once its parent is gone
+            return process.ppid not in (0, 1, pid) and self.alive(process.ppid)
         return process is not None and (
             process.exits_at is None or self.clock.now() < process.exits_at
         )
@@ -71,7 +73,12 @@ class SimProcesses:
         if process is None or not self.alive(pid):
             return False
         fatal = signum in (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
-        if process.stuck or not fatal or (signum == signal.SIGTERM and process.ignores_term):
+        if (
+            process.stuck
+            or process.defunct
+            or not fatal
+            or (signum == signal.SIGTERM and process.ignores_term)
+        ):
             return True  # delivered; nothing happens (a process in D state ignores even SIGKILL)
         if process.exits_at is None:
             process.exits_at = self.clock.now() + process.teardown_s
@@ -81,6 +88,8 @@ class SimProcesses:
         process = self._find(pid)
         if process is None:
             return "?"
+        if process.defunct:
+            return "Zl"
         if process.stuck or (process.exits_at is not None and process.teardown_s > 0):
             return "D"  # uninterruptible: unpinning memory, or stuck in the driver
         return "Sl"
