@@ -279,6 +279,18 @@ def verdict_of(report: RunReport) -> Verdict:
     unblock, replaced = held_back_next(runbook, report.blocked)
     if unblock:
         following.append(unblock)
+    failing_now = {r.name for r in results if r.is_failing}
+    for record in report.steps:  # a rung that left all its targets alone: its hint gives way
+        step = next((s for s in runbook.steps if s.id == record.id), None)
+        if step is None or not record.left_alone or record.status != StepStatus.SKIPPED:
+            continue
+        fixes = {*step.fixes, *([step.for_each_failing] if step.for_each_failing else [])}
+        if step.destructive and step.run is not None and fixes & failing_now:
+            replaced |= fixes
+            following.append(
+                f"{record.id} left its targets alone (named above, with why): look at them, "
+                "and run this runbook again once they are gone or their owners agree"
+            )
     for result in results:
         if result.cannot_tell:
             following += unobservable(runbook, result.name, state, judged)

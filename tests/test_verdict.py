@@ -230,3 +230,26 @@ def test_a_rung_held_back_by_what_it_would_reach_is_the_next_step_not_its_checks
     )
     assert not any("--gpu-reset" in line for line in said)  # the refused rung's advice
     assert " ".join(RUNBOOK.checks["no-gpu-to-drain"].hint.split()) in said  # not its to fix
+
+
+def test_a_reset_that_left_its_gpu_alone_is_not_advised_again():
+    """reset-gpus left GPU 2 alone (a reset of it would reach another owner's pod): the
+    verdict's next names that and what to look at, and never "reset that GPU"."""
+    from runbook_runner.expect import CheckResult
+
+    report = RunReport(RUNBOOK)
+    failing = CheckResult("gpu-memory-released", False, "<= 1024", "96413", "GPU 2: 96,413 MiB")
+    report.after = Observed("after", {}, (failing,))
+    report.steps.append(
+        StepRecord(
+            "reset-gpus",
+            StepStatus.SKIPPED,
+            0.0,
+            0.0,
+            message="left alone: GPU 2: its reset reaches GPU 3, another owner's pod",
+            left_alone=("GPU 2: its reset reaches GPU 3, another owner's pod",),
+        )
+    )
+    said = " ".join(report.verdict.next)
+    assert "reset that GPU" not in said
+    assert "reset-gpus left its targets alone" in said
