@@ -20,6 +20,7 @@ from runbook_runner.observe import PARSERS
 from runbook_runner.observe.state import Unavailable
 from runbook_runner.plan import ownership
 from runbook_runner.runbook import Runbook
+from runbook_runner.simhost import render
 from runbook_runner.simhost.commands import COMMANDS, Env
 from runbook_runner.simhost.model import SimHost
 from runbook_runner.simhost.simulated import SimClock, SimProcesses
@@ -58,7 +59,7 @@ class Host:
             "ps -ww -N --ppid 2 -o pid,ppid,pgid,sid,user:32,etimes,stat,cgroup:4096,args"
         )
         fuser, _ = self.call(f"fuser -v {DEVICES}", merge=True)
-        meminfo, _ = self.call("cat /proc/meminfo")
+        meminfo = render.meminfo(self.host)  # what the host's cat /proc/meminfo prints
         total = "".join(f"{ln}\n" for ln in meminfo.splitlines() if ln.startswith("MemTotal:"))
         return f"{ps}@@ fuser\n{fuser}@@ memory\n{total}@@ end\n", 0
 

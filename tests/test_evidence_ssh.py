@@ -91,8 +91,8 @@ def test_unknown_gpu_state_blocks_the_destructive_rungs_and_exits_6(gpu_host, ca
     assert code == ExitCode.CANNOT_TELL, out
     assert not any(change in line for line in sent(gpu_host) for change in GPU_CHANGES)
     # Rungs told they have nothing to act on are not needed; the first that would act on
-    # the GPUs nobody can read stops the run.
-    assert "stopped before step 'reset-gpus': blocked: cannot tell:" in out
+    # the GPUs nobody can read (the driver's recovery action, then the resets) stops the run.
+    assert "stopped before step 'reboot-for-recovery-action': blocked: cannot tell:" in out
     assert "exited 127 (command not found)" in out
     assert "fix: install the command gpus runs" in out
 

@@ -18,7 +18,7 @@ from ladder_host import Host
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.plan.ledger import GpuStatus, exit_code, ledger_of
 from runbook_runner.runbook import Runbook, load
-from runbook_runner.simhost.hosts import FLAT, LAUNCH, START
+from runbook_runner.simhost.hosts import FLAT, RELAUNCH, START
 from runbook_runner.simhost.model import SimHost, SimProcess, eight_gpu_server
 
 RUNBOOK = Path(__file__).parent.parent / "runbooks" / "gpu-oom-recovery.yaml"
@@ -50,7 +50,7 @@ def build(kinds: list[str]) -> SimHost:
             host.processes.append(SimProcess(pid, f"sglang::scheduler_TP{index}", gpu_mib=gpu))
         elif kind == "starting":  # a launcher up 30 s with its port closed and no worker
             host.processes.append(
-                SimProcess(pid, LAUNCH, gpu_mib=gpu, listens=None, born=START - 30.0)
+                SimProcess(pid, RELAUNCH, gpu_mib=gpu, listens=None, born=START - 30.0)
             )
         elif kind == "unknown":  # nothing in its cgroup, environment or login says whose
             host.processes.append(

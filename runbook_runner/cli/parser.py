@@ -473,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_value_options(drill)
     from runbook_runner.cli import sim
 
-    sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES)
+    sim.add_parser(add, _later("cli.sim", "cmd_sim"), SCENARIO_NAMES, STATE_HELP)
     _add_compare(add)
     new = add(
         "new",

@@ -181,10 +181,9 @@ def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, fold
     )
 
 
-def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
+def add_parser(add: Any, handler: Any, scenario_names: str, state_help: str) -> None:
     """Register ``runbook sim`` (called from cli/parser.py; ``handler`` runs cmd_sim)."""
     from runbook_runner.cli import habits
-    from runbook_runner.cli.parser import STATE_HELP
 
     sim = add(
         "sim",
@@ -198,7 +197,7 @@ def add_parser(add: Any, handler: Any, scenario_names: str) -> None:
         default="oom-crash",
         help="a drill scenario to start in: " + scenario_names + " (default: oom-crash)",
     )
-    given.add_argument("--state", metavar="STATE.yaml", help=STATE_HELP)
+    given.add_argument("--state", metavar="STATE.yaml", help=state_help)
     sim.add_argument(
         "--hosts",
         type=int,
