@@ -275,7 +275,8 @@ def test_a_rung_that_puts_back_what_another_changed_reaches_nothing():
 
 def test_an_unreadable_gpu_holds_back_the_gpu_rungs_only_not_rungs_with_nothing_to_act_on():
     """nvidia-smi cannot say (the driver was upgraded under its module): what each GPU holds
-    is unknown, so a reset stops the run; a rung told it has nothing to act on (no MPS
+    is unknown, so the first rung that reads it stops the run (the driver's recovery action,
+    then a reset); a rung told it has nothing to act on (no MPS
     client, no unit, no live server process) is skipped as not needed, never 'blocked'."""
     scenario = SCENARIOS["driver-upgraded-under-module"]
     state = first_state(scenario.name)
@@ -290,7 +291,7 @@ def test_an_unreadable_gpu_holds_back_the_gpu_rungs_only_not_rungs_with_nothing_
     stop = moves[-1]
     assert isinstance(stop, ladder.Stop)
     assert stop.step is not None
-    assert stop.step.id == "reset-gpus"
+    assert stop.step.id == "reboot-for-recovery-action"
     assert "cannot tell" in stop.reason
     assert "driver/library" in stop.reason.lower()
 

@@ -347,7 +347,11 @@ def test_the_recovery_runbooks_own_commands_are_the_ones_it_wrote_out_before():
     assert holders is not None
     assert holders.source.startswith("ps -ww -N --ppid 2 -o pid,")
     assert "echo '@@ fuser'; fuser -v /dev/nvidia* 2>&1; echo '@@ proc';" in holders.source
-    assert holders.source.endswith("done; fi; echo '@@ end'")
+    # since: nvidia-smi's own MPS clients and the host's MemTotal before the end mark
+    assert "done; fi; timeout 5 nvidia-smi -q -d PIDS" in holders.source
+    assert holders.source.endswith(
+        "echo '@@ memory'; cat /proc/meminfo 2>/dev/null | grep '^MemTotal:'; echo '@@ end'"
+    )
 
 
 @pytest.mark.parametrize("parser", ["process-owners", "gpus-detail", "gpu-fabric", "shm-segments"])
@@ -369,7 +373,9 @@ def test_the_digest_covers_the_parsers_own_commands_a_runbook_runs():
     from runbook_runner.runbook import runbook_digest
 
     health = REPO / "runbooks" / "gpu-node-health.yaml"
-    assert _health().sha256 == hashlib.sha256(health.read_bytes()).hexdigest()
+    mine = tuple(o.source for o in _health().observations.values() if o.own_command)
+    assert mine  # gpu_fabric runs its parser's own command
+    assert _health().sha256 == runbook_digest(health.read_bytes(), mine)
     recovery = REPO / "runbooks" / "gpu-oom-recovery.yaml"
     raw = recovery.read_bytes()
     runbook = load(recovery)

@@ -165,8 +165,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+NOT_KNOWN = "unknown"  # a time the page does not know (front matter)
+
+
 def _when(value: str) -> datetime | None:
-    return None if value == "unknown" else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None if value == NOT_KNOWN else datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def parse(markdown: str, page: str, pitfalls: Iterable[str]) -> tuple[Incident | None, list[str]]:

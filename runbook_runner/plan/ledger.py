@@ -36,6 +36,8 @@ from typing import Any
 
 from runbook_runner.exitcodes import ExitCode
 from runbook_runner.observe.state import Gpu, ProcessOwner
+from runbook_runner.plan.health import Health
+from runbook_runner.plan.ownership import Disposition, Owner
 from runbook_runner.status import Word
 
 IDLE_MIB = 1024  # what a GPU may still report and count as released, when a runbook says nothing
@@ -155,8 +157,8 @@ def entry_of(
 
     rows = list({row.pid: row for row in holders}.values())
     ours = [r for r in rows if r.subject]
-    unknown = [r for r in rows if not r.subject and r.disposition == "cannot-tell"]
-    strangers = [r for r in rows if not r.subject and r.owner == "another-owner"]
+    unknown = [r for r in rows if not r.subject and r.disposition == Disposition.CANNOT_TELL]
+    strangers = [r for r in rows if not r.subject and r.owner == Owner.ANOTHER_OWNER]
     if gpu.fault:
         return entry(
             GpuStatus.CANNOT_TELL,
@@ -166,13 +168,13 @@ def entry_of(
     started = earlier is not None and all(
         r.health == "starting" and r.instance not in earlier for r in ours
     )
-    stuck = [r for r in ours if r.health != "healthy"]
+    stuck = [r for r in ours if r.health != Health.HEALTHY]
     if stuck and started:
         why = "; ".join(f"{_holder(r)} ({r.reason})" for r in stuck)
         return entry(GpuStatus.STARTED, why)
     if stuck:
         why = "; ".join(f"{_holder(r)} ({r.reason or r.health or r.disposition})" for r in stuck)
-        left = all(r.disposition != "act" for r in stuck)
+        left = all(r.disposition != Disposition.ACT for r in stuck)
         return entry(GpuStatus.HELD_BY_OURS, why, _look(stuck[0].pid, index), stays=left)
     if unknown:
         why = "; ".join(
@@ -188,7 +190,7 @@ def entry_of(
         return entry(GpuStatus.CANNOT_TELL, "its memory is not reported", _look(None, index))
     if used <= idle_mib:
         return entry(GpuStatus.FREE)
-    daemons = ", ".join(_holder(r) for r in rows if r.owner == "infrastructure")
+    daemons = ", ".join(_holder(r) for r in rows if r.owner == Owner.INFRASTRUCTURE)
     held = f"held only by GPU infrastructure ({daemons})" if daemons else "no process holds it"
     return entry(
         GpuStatus.ORPHANED,
