@@ -68,15 +68,25 @@ class _Holder:
 
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:
-    """TERM to the command's whole process group, a short grace, then KILL."""
+    """TERM to the command's whole process group, a short grace, then KILL to what is left
+    of it: the shell may have ended on the TERM while a child that ignores TERM goes on."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while _group_alive(process) and time.monotonic() < deadline:
+        time.sleep(0.02)  # a bounded poll: the grace ends early when the group is gone
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    process.poll()  # the shell reaped once it ends: a zombie leader would keep its group
     try:
-        process.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 class LocalTransport:

@@ -145,3 +145,18 @@ def test_a_prometheus_folder_that_cannot_be_written_is_one_line_naming_it(open_f
     assert f"--prometheus {target}: cannot write it" in errors[0]
     assert "goal holds" in done.stdout + done.stderr  # the check itself was made and said
     assert list(folder.iterdir()) == []  # no half file, no temporary left behind
+
+
+def test_a_timed_out_command_whose_child_ignores_term_is_killed_with_its_group():
+    """The TERM ends the shell; the child that ignores it is KILLed after the grace, before
+    run() returns (issue 48)."""
+    from runbook_runner.local import LocalTransport
+
+    result = LocalTransport().run("(trap '' TERM; exec sleep 120) & echo $!; wait", 0.5)
+    assert result.timed_out
+    pid = int(result.stdout.split()[0])
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in {"Z", "gone"}, state
