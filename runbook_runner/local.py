@@ -38,6 +38,23 @@ def safe_path(path: str | None) -> str:
     return os.pathsep.join(kept) or os.defpath
 
 
+def host_name() -> str:
+    """This machine's name, as the header, the journal and a Slurm drain reason carry it;
+    refused (exit 2) when it holds a space, a newline or another control character, which
+    would split a line of any of them."""
+    name = socket.gethostname()
+    if not name or not name.isprintable() or any(c.isspace() for c in name):
+        from runbook_runner.errors import UsageError
+
+        raise UsageError(
+            f"--local: this machine's host name {name!r} is not a host name (a space, newline "
+            "or control character in it would split the header, the journal and a drain "
+            "reason); set a plain one (hostnamectl hostname NAME)",
+            "runbook",
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class LocalTarget:
     """This machine, named as the journal and the JSON name a host."""
@@ -93,7 +110,7 @@ class LocalTransport:
     """Commands on this machine, shaped as :class:`~runbook_runner.transport.SshTransport`'s."""
 
     def __init__(self) -> None:
-        name = socket.gethostname()
+        name = host_name()
         self.target = LocalTarget(name, name)
         self.login_user: str | None = getpass.getuser()
         self.host_key = None

@@ -160,3 +160,26 @@ def test_a_timed_out_command_whose_child_ignores_term_is_killed_with_its_group()
     except FileNotFoundError:
         state = "gone"
     assert state in {"Z", "gone"}, state
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("name", ["node1\nFAIL forged reason", "node1\rx", "a b"])
+def test_a_host_name_that_would_split_a_line_is_refused_in_one_line(open_folder, name):
+    """In a UTS namespace of its own, this machine is named with a newline (issue 48): the
+    header and a Slurm drain reason would be split by it; the run refuses it, exit 2."""
+    program = (
+        "import socket, sys; socket.sethostname(sys.argv[1]); "
+        "from runbook_runner.cli import main; raise SystemExit(main(sys.argv[2:]))"
+    )
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--uts", sys.executable, "-c", program, name,
+         "check", str(runbook(open_folder, 1)), "--local"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(open_folder / "s")},
+    )  # fmt: skip
+    if "unshare" in done.stderr and done.returncode != ExitCode.BAD_INPUT:
+        pytest.skip(f"no user namespace here: {done.stderr.strip()}")
+    assert done.returncode == ExitCode.BAD_INPUT, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "not a host name" in done.stderr
