@@ -22,20 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from runbook_runner import localfile
 from runbook_runner.commandresult import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
 from runbook_runner.errors import Interrupted
 from runbook_runner.format.template import quote
 
 SHELL = "/bin/sh"
 KILL_GRACE_S = 0.5  # after TERM to the command's group, then KILL
-
-
-def safe_path(path: str | None) -> str:
-    """PATH for this machine's commands without its empty or relative entries: each of those
-    is "the current directory", where a ``sudo`` or ``nvidia-smi`` of anyone's could lie in
-    wait (sudo's secure_path has the same reason). Nothing left: the system's default."""
-    kept = [entry for entry in (path or "").split(os.pathsep) if entry.startswith("/")]
-    return os.pathsep.join(kept) or os.defpath
 
 
 def host_name() -> str:
@@ -121,7 +114,7 @@ class LocalTransport:
     def _start(self, command: str, stdin: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [SHELL, "-c", command.encode("utf-8", "surrogateescape")],
-            env={**os.environ, "PATH": safe_path(os.environ.get("PATH"))},
+            env={**os.environ, "PATH": localfile.safe_path(os.environ.get("PATH"))},
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
