@@ -183,3 +183,28 @@ def test_a_host_name_that_would_split_a_line_is_refused_in_one_line(open_folder,
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "not a host name" in done.stderr
+
+
+def test_local_observations_run_side_by_side_unless_alone(tmp_path):
+    """Two commands that each wait for the other's mark: both succeed only side by side, as
+    over SSH (ssh/batch.py); alone, the first gives up after 5 s (issue 48: a node whose
+    nvidia-smi hangs answers in one timeout, not in one per observation)."""
+    from runbook_runner.local import LocalTransport
+    from runbook_runner.ssh.batch import BatchCommand
+
+    def meet(me: str, other: str, *, alone: bool = False) -> BatchCommand:
+        tries = 100 if alone else 1200  # of 0.05 s
+        command = (
+            f"touch {tmp_path}/{me}; i=0; "
+            f"while [ ! -e {tmp_path}/{other} ] && [ $i -lt {tries} ]; do sleep 0.05; "
+            f"i=$((i+1)); done; [ -e {tmp_path}/{other} ]"
+        )
+        return BatchCommand(command, 120, alone=alone)
+
+    transport = LocalTransport()
+    together = transport.run_many([meet("a", "b"), meet("b", "a")])
+    assert [r.exit_status for r in together] == [0, 0]
+    for name in ("a", "b"):
+        (tmp_path / name).unlink()
+    apart = transport.run_many([meet("a", "b", alone=True), meet("b", "a", alone=True)])
+    assert [r.exit_status for r in apart] == [1, 0]
