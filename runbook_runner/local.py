@@ -3,7 +3,8 @@
 The same runner, parsers, checks and journal as over SSH; only the transport differs: each
 command runs under ``/bin/sh -c`` in a session (and so a process group) of its own, with no
 stdin, its output kept as :class:`~runbook_runner.transport.CommandResult` keeps it, and the
-whole group ended on a timeout or a signal, as the SSH transport ends it on the host. This is
+whole group ended on a timeout or a signal, as the SSH transport ends it on the host; a
+round's observations run side by side (``run_many``), as over SSH. This is
 what Slurm's HealthCheckProgram, a Kubernetes DaemonSet or node-problem-detector runs on
 every node.
 """
@@ -18,24 +19,35 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from runbook_runner import localfile
 from runbook_runner.commandresult import DEFAULT_OUTPUT_LIMIT, CommandResult, Held, TailBuffer
 from runbook_runner.errors import Interrupted
 from runbook_runner.format.template import quote
+from runbook_runner.ssh.batch import BatchCommand
 
 SHELL = "/bin/sh"
 KILL_GRACE_S = 0.5  # after TERM to the command's group, then KILL
 
 
-def safe_path(path: str | None) -> str:
-    """PATH for this machine's commands without its empty or relative entries: each of those
-    is "the current directory", where a ``sudo`` or ``nvidia-smi`` of anyone's could lie in
-    wait (sudo's secure_path has the same reason). Nothing left: the system's default."""
-    kept = [entry for entry in (path or "").split(os.pathsep) if entry.startswith("/")]
-    return os.pathsep.join(kept) or os.defpath
+def host_name() -> str:
+    """This machine's name, as the header, the journal and a Slurm drain reason carry it;
+    refused (exit 2) when it holds a space, a newline or another control character, which
+    would split a line of any of them."""
+    name = socket.gethostname()
+    if not name or not name.isprintable() or any(c.isspace() for c in name):
+        from runbook_runner.errors import UsageError
+
+        raise UsageError(
+            f"--local: this machine's host name {name!r} is not a host name (a space, newline "
+            "or control character in it would split the header, the journal and a drain "
+            "reason); set a plain one (hostnamectl hostname NAME)",
+            "runbook",
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -68,22 +80,32 @@ class _Holder:
 
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:
-    """TERM to the command's whole process group, a short grace, then KILL."""
+    """TERM to the command's whole process group, a short grace, then KILL to what is left
+    of it: the shell may have ended on the TERM while a child that ignores TERM goes on."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while _group_alive(process) and time.monotonic() < deadline:
+        time.sleep(0.02)  # a bounded poll: the grace ends early when the group is gone
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    process.poll()  # the shell reaped once it ends: a zombie leader would keep its group
     try:
-        process.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 class LocalTransport:
     """Commands on this machine, shaped as :class:`~runbook_runner.transport.SshTransport`'s."""
 
     def __init__(self) -> None:
-        name = socket.gethostname()
+        name = host_name()
         self.target = LocalTarget(name, name)
         self.login_user: str | None = getpass.getuser()
         self.host_key = None
@@ -94,7 +116,7 @@ class LocalTransport:
     def _start(self, command: str, stdin: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [SHELL, "-c", command.encode("utf-8", "surrogateescape")],
-            env={**os.environ, "PATH": safe_path(os.environ.get("PATH"))},
+            env={**os.environ, "PATH": localfile.safe_path(os.environ.get("PATH"))},
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -108,7 +130,10 @@ class LocalTransport:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         as_root: bool = False,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> CommandResult:
+        """One command, its group ended on its timeout, a signal, or once ``cancelled()``
+        (run_many's other commands were interrupted): then it reads as timed out."""
         if as_root and not self.is_root:
             command = f"sudo -n sh -c {quote(command)}"
         started = time.monotonic()
@@ -131,7 +156,7 @@ class LocalTransport:
                     process.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline or cancelled():
                         timed_out = True
                         _end_group(process)
                         break
@@ -152,6 +177,39 @@ class LocalTransport:
             stdout_size=out.size,
             stderr_size=err.size,
         )
+
+    def run_many(
+        self, commands: Sequence[BatchCommand], *, output_limit: int = DEFAULT_OUTPUT_LIMIT
+    ) -> list[CommandResult]:
+        """As SshTransport.run_many: the commands not ``alone`` at the same time, each under
+        its own timeout, so observations that all hang (an nvidia-smi that does not answer)
+        end by the longest timeout, not by the sum of them; then the ``alone`` ones, one at a
+        time. A signal in this thread ends the commands still running in the others."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        results: dict[int, CommandResult] = {}
+        together = [i for i, c in enumerate(commands) if not c.alone]
+        stop = threading.Event()
+
+        def one(index: int) -> CommandResult:
+            c = commands[index]
+            return self.run(
+                c.command, c.timeout, output_limit=output_limit, as_root=c.as_root,
+                cancelled=stop.is_set,
+            )  # fmt: skip
+
+        pool = ThreadPoolExecutor(max_workers=max(1, len(together)))
+        try:
+            results.update(zip(together, pool.map(one, together), strict=True))
+        finally:
+            stop.set()  # when the set ended by itself, nothing is still running
+            pool.shutdown(wait=True)
+        for index, c in enumerate(commands):
+            if c.alone:
+                results[index] = self.run(
+                    c.command, c.timeout, output_limit=output_limit, as_root=c.as_root
+                )
+        return [results[index] for index in range(len(commands))]
 
     def hold(self, command: str, ready: str, timeout: float) -> Held:
         """As SshTransport.hold: a command whose stdin stays open until it is closed."""

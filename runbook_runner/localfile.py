@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -90,3 +91,17 @@ def read_bytes(path: Path, limit: int) -> bytes:
 
 def read_text(path: Path, limit: int, encoding: str = "utf-8", errors: str = "strict") -> str:
     return read_bytes(path, limit).decode(encoding, errors)
+
+
+def safe_path(path: str | None) -> str:
+    """PATH for this machine's commands without its empty or relative entries: each of those
+    is "the current directory", where a ``sudo`` or ``nvidia-smi`` of anyone's could lie in
+    wait (sudo's secure_path has the same reason). Nothing left: the system's default."""
+    kept = [entry for entry in (path or "").split(os.pathsep) if entry.startswith("/")]
+    return os.pathsep.join(kept) or os.defpath
+
+
+def program(name: str) -> str | None:
+    """A helper program (``ssh``, ``ssh-keygen``) found as ``--local`` finds a command: on
+    PATH's absolute entries only, never in the current folder."""
+    return shutil.which(name, path=safe_path(os.environ.get("PATH")))

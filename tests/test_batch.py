@@ -92,7 +92,7 @@ def test_each_command_has_its_own_timeout_and_alone_ones_run_after_the_others():
     assert alone
     assert alone[0] > wait
     assert not lines[alone[0]].endswith("&")
-    assert batch.deadline(commands) == pytest.approx(7 + 3 + 0.5 + 3 + 5)
+    assert batch.deadline(commands) == pytest.approx(7 + 3 + 0.5 + 3 + 2 + 5)
 
 
 # -- over the real sshd --------------------------------------------------------------------------
@@ -134,6 +134,27 @@ def test_run_many_gives_byte_identical_results_to_one_channel_per_command(connec
     assert many[4].stdout == "before\n"
     assert many[8].stdout_size == 300_000
     assert len(many[8].stdout) == limit
+
+
+def ended(pid: int) -> bool:
+    """The process is gone (or a zombie waiting for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_timed_out_command_whose_child_ignores_term_is_killed_with_its_group(connect):
+    """timeout's TERM ends the command's shell; a child that ignores TERM is KILLed after
+    the grace, before the answer comes back (the sshd runs on this machine: its PIDs are ours)."""
+    transport = connect()
+    stubborn = "(trap '' TERM; exec sleep 120) & echo $!; wait"
+    together, alone = transport.run_many(
+        [BatchCommand(stubborn, 1), BatchCommand(stubborn, 1, alone=True)]
+    )
+    for result in (together, alone):
+        assert result.timed_out
+        assert ended(int(result.stdout.split()[0])), result
 
 
 def test_commands_of_a_set_run_at_the_same_time_unless_alone(connect, tmp_path):

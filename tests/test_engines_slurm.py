@@ -31,6 +31,8 @@ from runbook_runner.simhost.model import eight_gpu_server
 SCRIPT = REPO / "deploy" / "slurm" / "runbook-health"
 PAGE = REPO / "docs" / "engines" / "slurm.md"
 NODE = "rbrnode"
+BOUND_S = 15  # the health program's own bound (RUNBOOK_HEALTH_TIMEOUT; 40 s on a real node)
+SLURMD_LIMIT_S = 60  # slurmd kills a HealthCheckProgram after this (slurm.conf(5))
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "flock")
 
 _absent = missing(*PROGRAMS)
@@ -70,8 +72,13 @@ class Cluster:
             fields["Reason"] = re.sub(r" \[[^\]]*\]\s*$", "", line.split(" Reason=", 1)[1])
         return fields
 
+    def durations(self) -> list[int]:
+        """How long each health check that ended took, in seconds."""
+        text = self.runs.read_text() if self.runs.exists() else ""
+        return [int(line.split()[1]) for line in text.splitlines() if line.startswith("end ")]
+
     def checks_done(self) -> int:
-        return self.runs.read_text().count("end\n") if self.runs.exists() else 0
+        return len(self.durations())
 
     def wait_checks(self, count: int) -> None:
         """Until ``count`` more health checks, each started after this call, have ended (the
@@ -116,8 +123,11 @@ echo $$ >> {tmp_path / "health-pids"}
 exec 9>{tmp_path / "health.lock"}
 flock --nonblock 9 || exit 0  # one at a time: a check still running is not queued behind
 export {exports} RUNBOOK_HEALTH_PROMETHEUS='{tmp_path / "textfile" / "runbook.prom"}'
+export RUNBOOK_HEALTH_TIMEOUT={BOUND_S}
+read -r started _ </proc/uptime  # not date: the stand-ins include the simulated host's date
 {SCRIPT}
-echo end >> {tmp_path / "health-runs"}
+read -r ended _ </proc/uptime
+echo "end $(( ${{ended%.*}} - ${{started%.*}} ))" >> {tmp_path / "health-runs"}
 """
     )
     wrapper.chmod(0o755)
@@ -233,6 +243,32 @@ def test_a_failing_check_drains_and_a_passing_one_resumes_only_its_own_drain(clu
         lambda: f"the check's drain: {cluster.node()}",
     )
     assert drained(node)
+
+    # nvidia-smi stops answering (the commonest sign of a dying GPU): the health program,
+    # bounded under slurmd's limit, drains the node saying so, instead of being killed first.
+    hung = cluster.root / "hung-pids"
+    standin = Path(cluster.env["PATH"].split(":")[0]) / "nvidia-smi"
+    answering = standin.read_text()
+    standin.write_text(f"#!/bin/sh\necho $$ >> {hung}\nexec sleep 300\n")
+    try:
+        node = wait_for(
+            lambda: (n := cluster.node()) and "does not answer" in n.get("Reason", "") and n,
+            180,
+            lambda: f"the hang's drain: {cluster.node()}",
+        )
+        assert drained(node), node
+        assert node["Reason"].startswith(
+            f"runbook: gpu-node-health: nvidia-smi does not answer (no answer in {BOUND_S} s)"
+        ), node
+        cluster.wait_checks(1)
+        slowest = max(cluster.durations()[-2:])
+        assert BOUND_S <= slowest < SLURMD_LIMIT_S, cluster.durations()
+    finally:
+        standin.write_text(answering)
+        cluster.wait_checks(1)  # the check in flight has ended: no hung one starts after it
+        for pid in hung.read_text().split() if hung.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def _blocks(page: Path) -> list[str]:

@@ -224,3 +224,26 @@ def test_a_check_over_worker_processes_says_what_threads_say(four, setup, tmp_pa
         assert [h["host"] for h in document["hosts"]] == ["s1", "s2", "s3", "s4"]
         assert {h["outcome"] for h in document["hosts"]} == {"ok"}
         assert all(h["checks"][0]["status"] == "ok" for h in document["hosts"])
+
+
+def test_a_host_whose_ssh_g_the_ctrl_c_killed_is_interrupted_not_bad_input(tmp_path, monkeypatch):
+    """Ctrl-C reaches the terminal's whole process group: an `ssh -G` still resolving a host
+    dies of the SIGINT that stopped the fleet. That host was interrupted; its settings were
+    never wrong (issue 48)."""
+    from runbook_runner.cli import fleet
+    from runbook_runner.cli.request import Target
+    from runbook_runner.errors import Interrupted
+    from runbook_runner.fleet.selection import FleetHost
+    from runbook_runner.fleet.stop import Stop
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text("#!/bin/sh\nkill -INT $$\n")  # as the terminal's Ctrl-C ends it
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    stop = Stop()
+    host_stop = stop.for_host()
+    stop.set(signal.SIGINT)
+    with pytest.raises(Interrupted) as raised:
+        fleet.connect(Target(hosts="gpu1"), None, FleetHost("gpu1"), fleet.Messages(), host_stop)
+    assert raised.value.signum == signal.SIGINT  # fleet_check: interrupted_outcome, not bad input

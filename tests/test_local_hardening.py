@@ -145,3 +145,66 @@ def test_a_prometheus_folder_that_cannot_be_written_is_one_line_naming_it(open_f
     assert f"--prometheus {target}: cannot write it" in errors[0]
     assert "goal holds" in done.stdout + done.stderr  # the check itself was made and said
     assert list(folder.iterdir()) == []  # no half file, no temporary left behind
+
+
+def test_a_timed_out_command_whose_child_ignores_term_is_killed_with_its_group():
+    """The TERM ends the shell; the child that ignores it is KILLed after the grace, before
+    run() returns (issue 48)."""
+    from runbook_runner.local import LocalTransport
+
+    result = LocalTransport().run("(trap '' TERM; exec sleep 120) & echo $!; wait", 0.5)
+    assert result.timed_out
+    pid = int(result.stdout.split()[0])
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in {"Z", "gone"}, state
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("name", ["node1\nFAIL forged reason", "node1\rx", "a b"])
+def test_a_host_name_that_would_split_a_line_is_refused_in_one_line(open_folder, name):
+    """In a UTS namespace of its own, this machine is named with a newline (issue 48): the
+    header and a Slurm drain reason would be split by it; the run refuses it, exit 2."""
+    program = (
+        "import socket, sys; socket.sethostname(sys.argv[1]); "
+        "from runbook_runner.cli import main; raise SystemExit(main(sys.argv[2:]))"
+    )
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--uts", sys.executable, "-c", program, name,
+         "check", str(runbook(open_folder, 1)), "--local"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(open_folder / "s")},
+    )  # fmt: skip
+    if "unshare" in done.stderr and done.returncode != ExitCode.BAD_INPUT:
+        pytest.skip(f"no user namespace here: {done.stderr.strip()}")
+    assert done.returncode == ExitCode.BAD_INPUT, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "not a host name" in done.stderr
+
+
+def test_local_observations_run_side_by_side_unless_alone(tmp_path):
+    """Two commands that each wait for the other's mark: both succeed only side by side, as
+    over SSH (ssh/batch.py); alone, the first gives up after 5 s (issue 48: a node whose
+    nvidia-smi hangs answers in one timeout, not in one per observation)."""
+    from runbook_runner.local import LocalTransport
+    from runbook_runner.ssh.batch import BatchCommand
+
+    def meet(me: str, other: str, *, alone: bool = False) -> BatchCommand:
+        tries = 100 if alone else 1200  # of 0.05 s
+        command = (
+            f"touch {tmp_path}/{me}; i=0; "
+            f"while [ ! -e {tmp_path}/{other} ] && [ $i -lt {tries} ]; do sleep 0.05; "
+            f"i=$((i+1)); done; [ -e {tmp_path}/{other} ]"
+        )
+        return BatchCommand(command, 120, alone=alone)
+
+    transport = LocalTransport()
+    together = transport.run_many([meet("a", "b"), meet("b", "a")])
+    assert [r.exit_status for r in together] == [0, 0]
+    for name in ("a", "b"):
+        (tmp_path / name).unlink()
+    apart = transport.run_many([meet("a", "b", alone=True), meet("b", "a", alone=True)])
+    assert [r.exit_status for r in apart] == [1, 0]

@@ -177,8 +177,8 @@ def test_resume_accepts_the_path_of_a_journal_written_with_journal(
     assert (sim / "marker").read_text() == "ran\n"
 
 
-def _resume(runbook: Path, gpu_host, run_id: str, *, terminal: bool = False):
-    args = cli("run", str(runbook), *gpu_host.cli_args(), "--yes", "--resume", run_id)
+def _resume(runbook: Path, gpu_host, run_id: str, *extra: str, terminal: bool = False):
+    args = cli("run", str(runbook), *gpu_host.cli_args(), "--yes", "--resume", run_id, *extra)
     if not terminal:
         return subprocess.run(
             args, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL
@@ -305,14 +305,38 @@ def test_a_run_under_a_saved_plan_resumes_only_under_that_plan(
         capture_output=True, env={**os.environ, KILL_AFTER_ENV: "8"}, timeout=60, check=False,
     )  # fmt: skip
     assert killed.returncode == -9
+    proof = ("--approved-sha256", json.loads(plan.read_text())["sha256"])
     start = read(journal).first("run-start")
     assert start["plan"]["sha256"] == json.loads(plan.read_text())["sha256"]
+    before = (sim / "marker").read_text() if (sim / "marker").exists() else None
     moved = plan.rename(tmp_path / "elsewhere.json")
-    gone = _resume(runbook, gpu_host, str(journal))
+    gone = _resume(runbook, gpu_host, str(journal), *proof)
     assert gone.returncode == ExitCode.JOURNAL, gone.stdout + gone.stderr
     assert "a resume goes on only under the same plan" in gone.stderr
     moved.rename(plan)
-    resumed = _resume(runbook, gpu_host, str(journal))
+    # The journal says who approved it; anyone can write that: the approval is proved again.
+    unproved = _resume(runbook, gpu_host, str(journal))
+    assert unproved.returncode == ExitCode.BAD_INPUT, unproved.stdout + unproved.stderr
+    assert "a resume proves its approval again" in unproved.stderr
+    wrong = _resume(runbook, gpu_host, str(journal), "--approved-sha256", "0" * 64)
+    assert wrong.returncode == ExitCode.BAD_INPUT, wrong.stdout + wrong.stderr
+    assert ((sim / "marker").read_text() if (sim / "marker").exists() else None) == before
+    # The same name pointing at another host (here: another port): refused before login.
+    from sshd import started_hosts
+
+    with started_hosts(1) as (other,):
+        logins = other.logins()
+        elsewhere = subprocess.run(
+            cli("run", str(runbook), *other.cli_args(), "--yes", "--resume", str(journal), *proof),
+            capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert elsewhere.returncode == ExitCode.HOST_UNREACHABLE, (
+            elsewhere.stdout + elsewhere.stderr
+        )
+        assert "not connecting" in elsewhere.stderr + elsewhere.stdout
+        assert other.logins() == logins
+        assert other.calls() == []
+    resumed = _resume(runbook, gpu_host, str(journal), *proof)
     assert resumed.returncode == ExitCode.OK, resumed.stdout + resumed.stderr
     assert "applying the approved plan" in resumed.stdout
     assert (sim / "marker").read_text() == "ran\n"

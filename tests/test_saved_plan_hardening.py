@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -390,3 +391,24 @@ def test_a_plan_edited_without_its_digest_is_refused_before_any_connection(
     assert code == ExitCode.BAD_INPUT, out
     assert "changed after it was made" in out
     assert crashed.logins() == logins  # not even a login: the file was judged first
+
+
+def test_an_ssh_keygen_in_the_current_folder_never_approves_a_plan(tmp_path, monkeypatch):
+    """With ``.`` first on PATH, a ``ssh-keygen`` in the current folder that says yes to
+    anything is not the one asked (issue 48): helpers are found on absolute entries only,
+    as --local finds commands; the real ssh-keygen refuses the forged signature."""
+    from runbook_runner.ssh import signatures
+
+    for name in ("ssh-keygen", "ssh"):
+        liar = tmp_path / name
+        liar.write_text("#!/bin/sh\necho mallory\nexit 0\n")
+        liar.chmod(0o755)
+    (tmp_path / "plan.json.sig").write_text("not a signature\n")
+    (tmp_path / "allowed_signers").write_text("alice ssh-ed25519 AAAA\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f".:{os.environ['PATH']}")
+    with pytest.raises(signatures.SignatureRefused):
+        signatures.verify(b"{}", Path("plan.json.sig"), Path("allowed_signers"), None)
+    from runbook_runner.ssh.openssh import ssh_program
+
+    assert ssh_program() == shutil.which("ssh", path=os.environ["PATH"].split(":", 1)[1])

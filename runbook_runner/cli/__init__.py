@@ -127,6 +127,11 @@ def _run(args: argparse.Namespace, request: Request) -> int:
         from runbook_runner.cli import planfile
 
         request = planfile.read(request)
+    elif request.resume and not _is_fleet(request.target):
+        from runbook_runner.cli import planfile
+
+        request = planfile.resumed(request)  # a plan's run resumes under the same proof
+        approval = request.approval
     if not request.runbook:
         raise UsageError(
             f"--plan {approval.plan}: not a plan (it names no runbook); make one with "

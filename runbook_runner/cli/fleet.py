@@ -141,7 +141,8 @@ def connect(
     from runbook_runner.cli.connecting import key_recorded
     from runbook_runner.transport import SshTransport
 
-    target = replace(ssh_target(to, host), on_open=stop.opened)  # a stop ends a handshake
+    with stop.connecting():  # `ssh -G` killed by the Ctrl-C that stopped the fleet: interrupted
+        target = replace(ssh_target(to, host), on_open=stop.opened)  # a stop ends a handshake
 
     def recorded(name: str, key: Any) -> None:
         messages.put(f"{host.name}: {key_recorded(name, key, target.known_hosts)}")

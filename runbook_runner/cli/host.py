@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_runner import journal as journal_module
-from runbook_runner import localfile, session
+from runbook_runner import session
 from runbook_runner.cli import console, outcomes, render
 from runbook_runner.cli.connecting import started
 from runbook_runner.errors import UsageError
@@ -186,10 +186,11 @@ def cmd_run(args: argparse.Namespace, request: Request) -> int:
         if request.approval.plan:
             approved, params, request = _approved_plan(request, runbook, params)
         resume = _resume_point(request, runbook) if request.resume else None
-        if resume is not None:
-            resumed = _plan_of_resumed(request, runbook, resume.path)
-            if resumed is not None:
-                approved, request = resumed
+        if resume is not None and request.saved_plan is not None:
+            # the plan the run applied, its approval proved again (cli/planfile.py): its gates
+            approved = request.saved_plan
+            saved_plan.check_runbook(approved, runbook)
+            request = _gated(request, saved_plan.gates_for(approved, {}))
         if (
             request.target.local
             and runbook.destructive
@@ -214,41 +215,6 @@ def cmd_run(args: argparse.Namespace, request: Request) -> int:
     settings = replace(RunSettings.of(request), approved=approved)
     code, _ = run_on_host(settings, runbook, params, connecting, out, resume=resume)
     return code
-
-
-def _plan_of_resumed(
-    request: Request, runbook: Runbook, path: Path
-) -> tuple[saved_plan.SavedPlan, Request] | None:
-    """A resumed run that applied a saved plan goes on under the same plan: its file must
-    still be there, unchanged (its SHA-256 as the journal recorded it). The request is
-    given the plan's file, approver and gates."""
-    start = journal_module.read(path).first("run-start") or {}
-    mark = start.get("plan")
-    if not isinstance(mark, dict):
-        return None
-    file = str(mark.get("file"))
-    try:
-        text = localfile.read_bytes(Path(file), localfile.PLAN_LIMIT)
-    except OSError as error:
-        raise journal_module.JournalError(
-            f"run {path.stem} applied the plan {file}, which cannot be read now "
-            f"({error.strerror or error}): a resume goes on only under the same plan"
-        ) from None
-    approved = saved_plan.load(text, file)
-    if approved.sha256 != mark.get("sha256"):
-        raise journal_module.JournalError(
-            f"run {path.stem} applied the plan {file} with SHA-256 {mark.get('sha256')}; the "
-            "file is another plan now: a resume goes on only under the same plan"
-        )
-    saved_plan.check_runbook(approved, runbook)
-    approved_by = mark.get("approved_by")
-    approval = replace(
-        request.approval,
-        plan=file,
-        approved_by=approved_by if isinstance(approved_by, str) else None,
-    )
-    gated = _gated(request, saved_plan.gates_for(approved, {}))
-    return approved, replace(gated, approval=approval)
 
 
 def _gated(request: Request, granted: dict[str, bool]) -> Request:

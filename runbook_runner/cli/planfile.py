@@ -15,6 +15,11 @@ A digest alone proves nothing (anyone can recompute it), so one of them is requi
 plan then pins the host it was made on (its key and ``ssh -G`` destination) for the
 connection: ssh/connect.py refuses another before logging in, and a host known_hosts does
 not know is accepted when it offers the key the approved plan records (ssh/hostkeys.py).
+
+``run --resume`` of a run that applied a plan goes on under that plan only as ``run
+--plan`` would start it (``resumed``): the file the journal names, unchanged, its approval
+proved again from the command line (a journal is no proof: anyone can edit it), and the
+plan's host pinned for the connection.
 """
 
 from __future__ import annotations
@@ -64,6 +69,55 @@ def read(request: Request) -> Request:
         plan_pin=PlanPin(where, approved.host_key, approved.destination),
     )
     return request
+
+
+def resumed(request: Request) -> Request:
+    """``--resume`` of a run that applied a saved plan: the request as ``run --plan`` of the
+    same file gives it (runbook and approval proved again, host pinned), read before
+    anything connects; a run without a plan, or a journal that cannot be found, as it is
+    (the rest is the resume's own checks, cli/host.py)."""
+    import os
+
+    from runbook_runner import journal
+
+    try:
+        path = journal.find(str(request.resume), journal.default_dir(os.environ))
+    except journal.UnknownRun:
+        return request  # said by the resume itself (exit 7)
+    mark = (journal.read(path).first("run-start") or {}).get("plan")
+    if not isinstance(mark, dict):
+        return request
+    where = str(mark.get("file"))
+    try:
+        data = localfile.read_bytes(Path(where), localfile.PLAN_LIMIT)
+    except OSError as error:
+        raise journal.JournalError(
+            f"run {path.stem} applied the plan {where}, which cannot be read now "
+            f"({error.strerror or error}): a resume goes on only under the same plan"
+        ) from None
+    approved = saved_plan.load(data, where)
+    if approved.sha256 != mark.get("sha256"):
+        raise journal.JournalError(
+            f"run {path.stem} applied the plan {where} with SHA-256 {mark.get('sha256')}; the "
+            "file is another plan now: a resume goes on only under the same plan"
+        )
+    given = replace(request.approval, plan=where)
+    if not (given.allowed_signers or given.approved_sha256):
+        raise UsageError(
+            f"run {path.stem} applied the plan {where}: a resume proves its approval again, "
+            "as run --plan did: give --allowed-signers FILE or --approved-sha256 HASH",
+            "runbook run",
+        )
+    words, approved_by = approval(given, approved, data)
+    from runbook_runner.ssh.target import PlanPin
+
+    return replace(
+        request,
+        approval=replace(given, approved_by=approved_by),
+        saved_plan=approved,
+        plan_approval=words,
+        plan_pin=PlanPin(where, approved.host_key, approved.destination),
+    )
 
 
 def approval(

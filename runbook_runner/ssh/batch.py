@@ -94,8 +94,9 @@ def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: boo
         "trap 'exit 143' TERM HUP INT",
         # The shell each command runs in, named as sshd names it (its errors say "sh: 1: ...").
         's=${SHELL:-/bin/sh}; n=${s##*/}; [ "$(command -v "$n" 2>/dev/null)" -ef "$s" ] 2>/dev/null || n=$s',
-        # $0: the shell to run, $1: the command, $2: where its exit status goes.
-        'w=\'"$0" -c "$1"; echo $? >"$2"\'',
+        # $0: the shell to run, $1: the command, $2: where its exit status goes; "$2.g": the
+        # process group it runs in (timeout's), to end whole once timeout has given up on it.
+        'w=\'read -r _ _ _ _ g _ </proc/$$/stat && echo "$g" >"$2.g"; "$0" -c "$1"; echo $? >"$2"\'',
     ]
 
     def job(index: int, command: BatchCommand) -> str:
@@ -116,9 +117,15 @@ def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: boo
     if limit < 1:
         raise ValueError("the output limit must be at least one byte")
     files = " ".join(f"{i}.o {i}.e" for i in range(len(commands)))
+    indexes = " ".join(str(i) for i in range(len(commands)))
     lines += [
+        # timeout's TERM ended the command's shell, not a child that ignores TERM: the group
+        # of each timed-out command (never this script's own) is KILLed after the grace.
+        f'k=; for i in {indexes}; do [ -f "$d/$i.rc" ] || ! read -r g <"$d/$i.rc.g" || '
+        '[ "$g" = $$ ] || ! kill -0 -"$g" 2>/dev/null || k="$k -$g"; done',
+        f'[ -z "$k" ] || {{ sleep {KILL_AFTER_S}; kill -KILL $k 2>/dev/null; }}',
         # Shell builtins only, then one wc and one tail for all: few processes on the host.
-        f"for i in {' '.join(str(i) for i in range(len(commands)))}; do "
+        f"for i in {indexes}; do "
         'r=-; [ -f "$d/$i.rc" ] && read -r r <"$d/$i.rc"; '
         f'printf \'%s %s %s\\n\' {boundary} "$i" "$r"; done',
         f'cd "$d" || exit {UNSUPPORTED_STATUS}',
@@ -137,6 +144,7 @@ def deadline(commands: list[BatchCommand]) -> float:
     return (
         (max(together) + per_command if together else 0.0)
         + sum(t + per_command for t in alone)
+        + KILL_AFTER_S  # a timed-out command's group, KILLed after the grace
         + 5.0
     )
 

@@ -8,16 +8,16 @@ the network.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from runbook_runner import localfile
 from runbook_runner.errors import SshSetupError
 
 
 def ssh_program() -> str | None:
-    return shutil.which("ssh")
+    return localfile.program("ssh")
 
 
 def run_ssh_g(

@@ -14,7 +14,6 @@ private copy: what is verified is exactly what was read.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ def signature_path(plan: str | Path) -> Path:
 
 
 def _program() -> str:
-    found = shutil.which("ssh-keygen")
+    found = localfile.program("ssh-keygen")
     if found is None:
         raise SshSetupError(
             "ssh-keygen is not installed: a plan's signature is OpenSSH's (8.1 or later)",
