@@ -28,6 +28,7 @@ from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Problem
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.commands import OWN_COMMANDS
+from runbook_runner.status import OnFailure
 
 
 class RunbookInvalid(RunbookRunnerError):
@@ -166,7 +167,7 @@ class Step:
     skip_if: tuple[str, ...] = ()
     wait: Wait | None = None
     for_each_failing: str | None = None
-    on_failure: str = "stop"
+    on_failure: OnFailure = OnFailure.STOP
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
     fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
@@ -280,7 +281,6 @@ class Runbook:
 
     def observations_of(self, check_names: Iterable[str]) -> list[str]:
         """The observations the checks read, directly or through ``let`` names, in order."""
-        seen: set[str] = set()
         checks, queue = [], list(check_names)
         while queue:  # a check scoped 'within' another reads that one's observations too
             name = queue.pop()
@@ -289,20 +289,19 @@ class Runbook:
                 for scope in (self.checks[name].within, self.checks[name].without):
                     if scope is not None and scope.failing is not None:
                         queue.append(scope.failing)
-        pending = [n for check in checks for n in sorted(self.checks[check].names())]
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in self.let:
-                pending += [n.path.split(".")[0] for n in expr.names(self.let[name].tree)]
-        return [name for name in self.observations if name in seen]
+        return self._observations_through_lets(
+            [n for check in checks for n in sorted(self.checks[check].names())]
+        )
 
     def observations_read_by(self, expression: Expression) -> list[str]:
         """The observations an expression reads, directly or through ``let`` names."""
+        return self._observations_through_lets(
+            [n.path.split(".")[0] for n in expr.names(expression.tree)]
+        )
+
+    def _observations_through_lets(self, pending: list[str]) -> list[str]:
+        """The observations among ``pending`` names and the ``let`` names they lead to."""
         seen: set[str] = set()
-        pending = [n.path.split(".")[0] for n in expr.names(expression.tree)]
         while pending:
             name = pending.pop()
             if name in seen:
@@ -492,7 +491,7 @@ def _build(data: dict[str, Any]) -> Runbook:
             if "wait" in spec
             else None,
             for_each_failing=spec.get("for_each_failing"),
-            on_failure=spec.get("on_failure", "stop"),
+            on_failure=OnFailure(spec.get("on_failure", OnFailure.STOP)),
             reboots=spec.get("reboots", False),
             fixes=expand(_checks_ref(spec.get("fixes"))),
             when=_expression(spec.get("when")),

@@ -12,6 +12,7 @@ from conftest import REPO, TESTS
 from runbook_runner.format import schema
 from runbook_runner.format.parameters import ParameterError, resolve_parameters
 from runbook_runner.runbook import RunbookInvalid, load, loads
+from runbook_runner.status import OnFailure
 
 BROKEN = sorted((TESTS / "broken-runbooks").glob("*.yaml"))
 SHIPPED = sorted((REPO / "runbooks").glob("*.yaml"))
@@ -176,15 +177,12 @@ def test_a_ladder_loads_as_flat_steps_with_a_ladders_defaults():
     runbook = loads(LADDERS.encode(), "x.yaml", stem="x")
     look, reset, last = runbook.steps
     assert [s.id for s in runbook.steps] == ["look", "reset", "last"]
-    assert (look.ladder, look.on_failure, look.root) == ("", "stop", False)
-    assert (reset.ladder, reset.on_failure, reset.root, reset.destructive) == (
-        "gpu",
-        "continue",
-        True,
-        True,
-    )
+    assert (look.ladder, look.on_failure, look.root) == ("", OnFailure.STOP, False)
+    assert (reset.ladder, reset.root, reset.destructive) == ("gpu", True, True)
+    assert look.on_failure is OnFailure.STOP
+    assert reset.on_failure is OnFailure.CONTINUE
     assert (reset.for_each_failing, reset.fixes, reset.skip_if) == ("held", ("held",), ("held",))
-    assert (last.on_failure, last.fixes) == ("stop", ("held",))
+    assert (last.on_failure, last.fixes) == (OnFailure.STOP, ("held",))
     assert reset.run is not None
     assert reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
 

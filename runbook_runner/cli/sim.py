@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from runbook_runner.cli.render import plural
 from runbook_runner.errors import UsageError
 
 MAX_HOSTS = 64
@@ -148,7 +149,7 @@ def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, fold
     width = max(4, len(str(count)))
     names = [f"sim{index:0{width}d}" for index in range(1, count + 1)]
     out.line(
-        out.style(f"{count} simulated 8-GPU host{'s' if count > 1 else ''}", "bold")
+        out.style(plural(count, "simulated 8-GPU host"), "bold")
         + f" on 127.0.0.1 ({described}). Nothing on this machine is touched."
     )
     for name, host in zip(names, fleet.hosts, strict=True):
