@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runbook_runner.cli.render import plural
 from runbook_runner.errors import UsageError
 
 MAX_HOSTS = 64
@@ -144,6 +143,8 @@ class _StopOnSignal:
 
 
 def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, folder: Path) -> None:
+    from runbook_runner.cli.render import plural  # cli/parser.py imports this module
+
     key, known, config = files["key"], files["known_hosts"], files["ssh_config"]
     count = len(fleet.hosts)
     width = max(4, len(str(count)))
