@@ -14,7 +14,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format import expr, schema, yamlsource
+from runbook_runner.format.actions import LOOK, REACH, Action, action_of
 from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.format.template import Interpolated, Template
@@ -172,6 +173,7 @@ class Step:
     fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
     ladder: str = ""  # the ladder the file groups it under ('ladder: gpu'); '' outside one
+    action: Action = LOOK  # what its command does, from its words (format/actions.py)
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -246,9 +248,6 @@ def _matches(pattern: str, text: str) -> bool:
         return False
 
 
-BLAST_RADIUS = ("none", "process", "files", "service", "gpu", "node")
-
-
 @dataclass(frozen=True)
 class Runbook:
     name: str
@@ -277,7 +276,7 @@ class Runbook:
     def blast_radius(self) -> str:
         """The most a run can affect, from its destructive steps."""
         touched = [s.affects or "process" for s in self.steps if s.destructive]
-        return max(touched, key=BLAST_RADIUS.index, default="none")
+        return max(touched, key=REACH.index, default="none")
 
     def observations_of(self, check_names: Iterable[str]) -> list[str]:
         """The observations the checks read, directly or through ``let`` names, in order."""
@@ -364,11 +363,14 @@ def _loads(raw: bytes, filename: str, stem: str | None, string_placeholders: boo
         raise RunbookInvalid(filename, problems)
     digest = hashlib.sha256(raw).hexdigest()
     problems = schema.validate_once(source, digest)
-    problems += check_meaning(source, stem, string_placeholders=string_placeholders)
+    # What each step's command does: read once, here, from its words.
+    actions = [action_of(entry.spec.get("run")) for entry in step_specs(source.data)]
+    problems += check_meaning(source, stem, actions, string_placeholders=string_placeholders)
     if problems:
         raise RunbookInvalid(filename, problems)
-    runbook = _build(source.data)
-    warnings = tuple(p.format(filename) for p in sorted(blast_radius_warnings(source)))
+    runbook = _build(source.data, actions)
+    found = blast_radius_warnings(source, actions)
+    warnings = tuple(p.format(filename) for p in sorted(found))
     runbook = replace(runbook, warnings=warnings)
     own = tuple(o.source for o in runbook.observations.values() if o.own_command)
     return _with_origin(runbook, filename, runbook_digest(raw, own))
@@ -430,8 +432,9 @@ def _observation(name: str, spec: dict[str, Any]) -> Observation:
     )
 
 
-def _build(data: dict[str, Any]) -> Runbook:
-    """Dataclasses from a document that already passed validation."""
+def _build(data: dict[str, Any], actions: Sequence[Action]) -> Runbook:
+    """Dataclasses from a document that already passed validation (``actions``: each
+    step's, in order)."""
     goal = tuple(data["goal"])
 
     def expand(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -496,8 +499,9 @@ def _build(data: dict[str, Any]) -> Runbook:
             fixes=expand(_checks_ref(spec.get("fixes"))),
             when=_expression(spec.get("when")),
             ladder=entry.ladder,
+            action=action,
         )
-        for entry in step_specs(data)
+        for entry, action in zip(step_specs(data), actions, strict=True)
         for spec in (entry.spec,)
     )
     return Runbook(
