@@ -76,11 +76,11 @@ def runbook_with(step: str) -> bytes:
 
 
 def test_a_service_stopped_with_service_is_wider_than_a_process():
-    """The old regex saw only 'systemctl stop': 'service X stop' slipped past."""
+    """The old regexes saw only 'systemctl stop': 'service X stop' slipped past."""
     runbook = loads(
         runbook_with(
-            "{id: s, title: t, run: [service, nvidia-persistenced, stop], destructive: true, "
-            "affects: process, fixes: goal}"
+            "{id: s, title: t, run: [service, '{{ item.name }}', stop], destructive: true, "
+            "affects: process, fixes: goal, for_each_failing: released}"
         ),
         "w.yaml",
     )
@@ -107,3 +107,22 @@ def test_a_destructive_wrapper_script_is_a_load_error_with_its_position():
 def test_a_read_only_wrapper_script_loads():
     runbook = loads(runbook_with("{id: s, title: t, run: /opt/site/report.sh}"), "w.yaml")
     assert runbook.steps[0].action.kind is A.UNKNOWN
+
+
+def test_an_owner_blind_kill_is_a_load_error_and_a_kill_of_observed_items_is_not():
+    blind = "{id: k, title: t, run: [pkill, -KILL, -f, sglang], destructive: true, affects: process, fixes: goal}"
+    with pytest.raises(RunbookInvalid) as raised:
+        loads(runbook_with(blind), "w.yaml")
+    (line,) = raised.value.lines
+    assert line.startswith("w.yaml:10:")
+    assert "an owner-blind signal" in line
+    items = (
+        "{id: k, title: t, run: [kill, -KILL, '{{ item.index }}'], destructive: true, "
+        "affects: process, fixes: goal, for_each_failing: released}"
+    )
+    assert loads(runbook_with(items), "w.yaml").steps[0].action.kind is A.SIGNAL
+
+
+def test_a_reboot_needs_no_items():
+    reboot = "{id: r, title: t, run: reboot, destructive: true, affects: node, fixes: goal}"
+    assert loads(runbook_with(reboot), "w.yaml").steps[0].action.kind is A.REBOOT

@@ -50,6 +50,8 @@ def test_the_broken_corpus_covers_each_kind_of_error():
         "differs from the file name",
         "in expression",
         "is not allowed",  # a YAML tag that would construct Python objects
+        "an owner-blind signal",  # pkill -f PATTERN: no observed item, no owner to check
+        "whose reach the runner can tell",  # a destructive wrapper script
     ]:
         assert kind in messages, kind
 
@@ -97,7 +99,7 @@ observations: {memory: {command: free -b, parser: free}}
 checks: {ok: {description: d, expect: memory.free_bytes > 0}}
 goal: [ok]
 steps:
-  - {id: stop, title: stop, run: pkill x, destructive: true, affects: process, fixes: goal}
+  - {id: stop, title: stop, run: rm -f /tmp/x, destructive: true, affects: files, fixes: goal}
   - {id: reset, title: reset, run: nvidia-smi -r, destructive: true, affects: gpu, skip_if: goal, fixes: [ok]}
   - {id: look, title: look, run: "true"}
 """

@@ -61,6 +61,15 @@ class Action:
     needs: str = "none"  # one of REACH
     why: str = ""
 
+    @property
+    def owner_blind_without_items(self) -> bool:
+        """Whether it acts on processes, services or single GPUs, which must be observed
+        items to be checked for their owner (a signal always: ``fuser -k /dev/nvidia*`` is
+        every CUDA process); a reboot, a driver reload or an all-GPU reset is the node's."""
+        if self.kind in (ActionKind.SIGNAL, ActionKind.UNIT_STOP, ActionKind.UNIT_START):
+            return True
+        return self.kind in REACHES_OWNED and self.needs == "gpu"
+
 
 LOOK = Action(ActionKind.LOOK)
 UNKNOWN = Action(ActionKind.UNKNOWN)

@@ -162,6 +162,14 @@ class _Semantics(CheckMeaning):
                     "tell (kill, pkill, systemctl stop/start, nvidia-smi --gpu-reset or -pm, "
                     "rm, modprobe, rmmod, reboot: see runbook-format.md); a wrapper is not",
                 )
+            owner_blind = action.owner_blind_without_items and "for_each_failing" not in spec
+            if spec.get("destructive") is True and owner_blind and not self.string_placeholders:
+                self.error(
+                    (*path, "run"),
+                    f"an owner-blind {action.kind}: a destructive step acts on observed items "
+                    "('for_each_failing: CHECK', e.g. [kill, -TERM, '{{ item.pid }}']), whose "
+                    "owner can be checked, never on a name or a pattern",
+                )
             for key in entry.twice:
                 self.error(
                     (*path, key), f"'{key}' is given twice: in 'runs' and beside it; say it once"
