@@ -13,9 +13,11 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+from runbook_runner.safetext import visible
 
 if TYPE_CHECKING:
     from runbook_runner.cli.request import Target
@@ -99,8 +101,6 @@ def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
         jump=to.jump,
     )
     if to.plan_pin is not None:
-        from dataclasses import replace
-
         target = replace(target, plan_pin=to.plan_pin)
     from runbook_runner.transport import SshTransport  # the main thread may be importing it
 
@@ -108,8 +108,6 @@ def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
         say(key_recorded(host, key, target.known_hosts))
 
     def notice(text: str) -> None:
-        from runbook_runner.safetext import visible
-
         print(f"runbook: {visible(text, lines=False)}", file=sys.stderr, flush=True)
 
     transport = SshTransport(target, _prompt_passphrase, recorded, notice)
