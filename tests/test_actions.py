@@ -39,6 +39,8 @@ A = ActionKind
             "files",
         ),
         ("echo ran >> /tmp/marker", A.LOOK, "none"),
+        ("touch a; while [ ! -e b ]; do sleep 0.05; done", A.LOOK, "none"),
+        ("! { kill -TERM 4; }", A.SIGNAL, "process"),
         ("if true; then\n  rmmod nvidia\nfi", A.DRIVER_RELOAD, "node"),
         ("/opt/site/reset-gpu.sh 3", A.UNKNOWN, "none"),  # a wrapper: its reach is unknown
         ("echo a; /opt/site/reset-gpu.sh 3", A.UNKNOWN, "none"),

@@ -115,8 +115,10 @@ def _script(text: str) -> Action:
             skip_next = False
         elif set(token) <= set(_OPERATORS) and ("<" in token or ">" in token):
             skip_next = True  # a redirection: the next word is its file
-        elif set(token) <= set(_OPERATORS) or token in ("!", "{", "}"):
+        elif set(token) <= set(_OPERATORS):
             commands.append([])  # ; && || | & ( ) and the like: the next command begins
+        elif token in ("!", "{", "}") and not commands[-1]:
+            pass  # a negation or a group around the command: not its name
         else:
             commands[-1].append(token)
     return _widest([_argv(words) for words in commands if words])
