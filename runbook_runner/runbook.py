@@ -14,7 +14,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,14 @@ from typing import Any
 from runbook_runner import localfile
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format import expr, schema, yamlsource
+from runbook_runner.format.actions import LOOK, REACH, Action, action_of
 from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.semantics import blast_radius_warnings, check_meaning
 from runbook_runner.format.template import Interpolated, Template
 from runbook_runner.format.yamlsource import Problem
 from runbook_runner.observe import PARSERS
 from runbook_runner.observe.commands import OWN_COMMANDS
+from runbook_runner.status import OnFailure
 
 
 class RunbookInvalid(RunbookRunnerError):
@@ -166,11 +168,12 @@ class Step:
     skip_if: tuple[str, ...] = ()
     wait: Wait | None = None
     for_each_failing: str | None = None
-    on_failure: str = "stop"
+    on_failure: OnFailure = OnFailure.STOP
     reboots: bool = False  # asked even with --yes unless --allow-reboot; SSH drops and returns
     fixes: tuple[str, ...] = ()  # runs only when one of these checks is failing
     when: Expression | None = None  # must be true (NAME.condition reads typed failures)
     ladder: str = ""  # the ladder the file groups it under ('ladder: gpu'); '' outside one
+    action: Action = LOOK  # what its command does, from its words (format/actions.py)
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -249,9 +252,6 @@ def _matches(pattern: str, text: str) -> bool:
         return False
 
 
-BLAST_RADIUS = ("none", "process", "files", "service", "gpu", "node")
-
-
 @dataclass(frozen=True)
 class Runbook:
     name: str
@@ -280,11 +280,10 @@ class Runbook:
     def blast_radius(self) -> str:
         """The most a run can affect, from its destructive steps."""
         touched = [s.affects or "process" for s in self.steps if s.destructive]
-        return max(touched, key=BLAST_RADIUS.index, default="none")
+        return max(touched, key=REACH.index, default="none")
 
     def observations_of(self, check_names: Iterable[str]) -> list[str]:
         """The observations the checks read, directly or through ``let`` names, in order."""
-        seen: set[str] = set()
         checks, queue = [], list(check_names)
         while queue:  # a check scoped 'within' another reads that one's observations too
             name = queue.pop()
@@ -293,20 +292,19 @@ class Runbook:
                 for scope in (self.checks[name].within, self.checks[name].without):
                     if scope is not None and scope.failing is not None:
                         queue.append(scope.failing)
-        pending = [n for check in checks for n in sorted(self.checks[check].names())]
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in self.let:
-                pending += [n.path.split(".")[0] for n in expr.names(self.let[name].tree)]
-        return [name for name in self.observations if name in seen]
+        return self._observations_through_lets(
+            [n for check in checks for n in sorted(self.checks[check].names())]
+        )
 
     def observations_read_by(self, expression: Expression) -> list[str]:
         """The observations an expression reads, directly or through ``let`` names."""
+        return self._observations_through_lets(
+            [n.path.split(".")[0] for n in expr.names(expression.tree)]
+        )
+
+    def _observations_through_lets(self, pending: list[str]) -> list[str]:
+        """The observations among ``pending`` names and the ``let`` names they lead to."""
         seen: set[str] = set()
-        pending = [n.path.split(".")[0] for n in expr.names(expression.tree)]
         while pending:
             name = pending.pop()
             if name in seen:
@@ -369,11 +367,14 @@ def _loads(raw: bytes, filename: str, stem: str | None, string_placeholders: boo
         raise RunbookInvalid(filename, problems)
     digest = hashlib.sha256(raw).hexdigest()
     problems = schema.validate_once(source, digest)
-    problems += check_meaning(source, stem, string_placeholders=string_placeholders)
+    # What each step's command does: read once, here, from its words.
+    actions = [action_of(entry.spec.get("run")) for entry in step_specs(source.data)]
+    problems += check_meaning(source, stem, actions, string_placeholders=string_placeholders)
     if problems:
         raise RunbookInvalid(filename, problems)
-    runbook = _build(source.data)
-    warnings = tuple(p.format(filename) for p in sorted(blast_radius_warnings(source)))
+    runbook = _build(source.data, actions)
+    found = blast_radius_warnings(source, actions)
+    warnings = tuple(p.format(filename) for p in sorted(found))
     runbook = replace(runbook, warnings=warnings)
     own = tuple(o.source for o in runbook.observations.values() if o.own_command)
     return _with_origin(runbook, filename, runbook_digest(raw, own))
@@ -435,8 +436,9 @@ def _observation(name: str, spec: dict[str, Any]) -> Observation:
     )
 
 
-def _build(data: dict[str, Any]) -> Runbook:
-    """Dataclasses from a document that already passed validation."""
+def _build(data: dict[str, Any], actions: Sequence[Action]) -> Runbook:
+    """Dataclasses from a document that already passed validation (``actions``: each
+    step's, in order)."""
     goal = tuple(data["goal"])
 
     def expand(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -496,13 +498,14 @@ def _build(data: dict[str, Any]) -> Runbook:
             if "wait" in spec
             else None,
             for_each_failing=spec.get("for_each_failing"),
-            on_failure=spec.get("on_failure", "stop"),
+            on_failure=OnFailure(spec.get("on_failure", OnFailure.STOP)),
             reboots=spec.get("reboots", False),
             fixes=expand(_checks_ref(spec.get("fixes"))),
             when=_expression(spec.get("when")),
             ladder=entry.ladder,
+            action=action,
         )
-        for entry in step_specs(data)
+        for entry, action in zip(step_specs(data), actions, strict=True)
         for spec in (entry.spec,)
     )
     return Runbook(

@@ -87,6 +87,13 @@ class Condition(Word):
 RUNNER_CONDITIONS = frozenset({Condition.FAILED, Condition.TIMED_OUT, Condition.UNPARSABLE})
 
 
+class OnFailure(Word):
+    """What a step's failure does to the run (its ``on_failure``, spelled as in the YAML)."""
+
+    STOP = "stop"  # the run ends (a ladder's rung: only when it says so)
+    CONTINUE = "continue"  # the next step is tried
+
+
 class ConfirmAnswer(Word):
     """A confirmation's answer, as journalled."""
 

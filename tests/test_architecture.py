@@ -50,18 +50,6 @@ IO = {
     "__main__",
 }
 
-# Cycles left, each with why. Key: the modules of the cycle.
-ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"runbook_runner.cli", "runbook_runner.cli.fleet"}): (
-        "cli.fleet reads AUTO_WORKERS_FROM from cli/__init__ (a function-level import); the "
-        "run-session work moves the fleet's lifecycle out of cli/fleet.py"
-    ),
-    frozenset({"runbook_runner.simhost.shell", "runbook_runner.simhost.utilities"}): (
-        "one simulated shell in two files: the shell runs utilities, and utilities (xargs, "
-        "timeout, sh -c) run the shell again; the import is in the function that needs it"
-    ),
-}
-
 
 @dataclass(frozen=True)
 class Import:
@@ -198,7 +186,7 @@ def test_no_import_cycle_between_modules():
     for found in imports():
         if not found.type_only and found.target != found.source:
             edges.setdefault(found.source, set()).add(found.target)
-    cycles = [sorted(c) for c in _cycles(edges) if c not in ALLOWED_CYCLES]
+    cycles = [sorted(c) for c in _cycles(edges)]
     assert not cycles, f"import cycles: {cycles}"
 
 

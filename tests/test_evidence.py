@@ -193,13 +193,13 @@ checks:
   released: {description: d, every: gpus, expect: memory_used_mib < 1024}
 goal: [released]
 steps:
-  - {id: k, title: t, run: fuser -k -9 /dev/nvidia*, destructive: true, affects: process, fixes: goal}
+  - {id: k, title: t, run: nvidia-smi -r, destructive: true, affects: gpu, fixes: goal}
 """,
         "w.yaml",
     )
     (warning,) = runbook.warnings
     assert warning.startswith("w.yaml:10:")
-    assert "warning: the command reaches wider than 'affects: process'" in warning
+    assert "warning: the command reaches wider than 'affects: gpu'" in warning
     assert "declare 'affects: node'" in warning
 
 

@@ -13,12 +13,32 @@ import pytest
 
 from runbook_runner.cli import main
 from runbook_runner.exitcodes import ExitCode
-from runbook_runner.journal import KILL_AFTER_ENV, read, resume
+from runbook_runner.journal import read, resume
 from runbook_runner.runbook import load
 
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "runbook_runner", *args]
+
+
+# The runner, SIGKILLed right after its journal took N lines (a crash at a chosen point).
+_KILLED = """
+import os, signal, sys
+from runbook_runner import journal
+from runbook_runner.cli import entry
+after, append = int(sys.argv.pop(1)), journal.Journal.append
+def append_then_die(self, line):
+    append(self, line)
+    self.lines_so_far = getattr(self, "lines_so_far", 0) + 1
+    if self.lines_so_far == after:
+        os.kill(os.getpid(), signal.SIGKILL)
+journal.Journal.append = append_then_die
+entry()
+"""
+
+
+def cli_killed_after(lines: int, *args: str) -> list[str]:
+    return [sys.executable, "-c", _KILLED, str(lines), *args]
 
 
 def write_runbook(folder: Path, sim: Path) -> Path:
@@ -155,11 +175,11 @@ def test_resume_accepts_the_path_of_a_journal_written_with_journal(
     sim = gpu_host.root / "sim"
     runbook = write_runbook(tmp_path, sim)
     journal = tmp_path / "elsewhere" / "my-run.log"  # not in the runs folder, not .jsonl
-    env = {**os.environ, KILL_AFTER_ENV: "8"}  # after the first step ended
-    killed = subprocess.run(
-        cli("run", str(runbook), *gpu_host.cli_args(), "--yes", "--journal", str(journal)),
+    killed = subprocess.run(  # after 8 lines: the first step ended
+        cli_killed_after(
+            8, "run", str(runbook), *gpu_host.cli_args(), "--yes", "--journal", str(journal)
+        ),
         capture_output=True,
-        env=env,
         timeout=60,
         check=False,
     )
@@ -214,10 +234,9 @@ def test_sigkill_at_every_journal_event_then_resume_neither_redoes_nor_skips(
     for kill_after in range(1, events + 1):
         (sim / "marker").unlink(missing_ok=True)
         killed = subprocess.run(
-            cli("run", str(runbook), *gpu_host.cli_args(), "--yes"),
+            cli_killed_after(kill_after, "run", str(runbook), *gpu_host.cli_args(), "--yes"),
             capture_output=True,
             text=True,
-            env={**os.environ, KILL_AFTER_ENV: str(kill_after)},
             timeout=60,
             check=False,
             stdin=subprocess.DEVNULL,
@@ -300,9 +319,9 @@ def test_a_run_under_a_saved_plan_resumes_only_under_that_plan(
     assert made.returncode == ExitCode.OK, made.stdout + made.stderr
     journal = tmp_path / "run.jsonl"
     killed = subprocess.run(
-        cli("run", "--plan", str(plan), *gpu_host.cli_args(), "--yes", "--journal", str(journal),
-            "--approved-sha256", json.loads(plan.read_text())["sha256"]),
-        capture_output=True, env={**os.environ, KILL_AFTER_ENV: "8"}, timeout=60, check=False,
+        cli_killed_after(8, "run", "--plan", str(plan), *gpu_host.cli_args(), "--yes",
+            "--journal", str(journal), "--approved-sha256", json.loads(plan.read_text())["sha256"]),
+        capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert killed.returncode == -9
     proof = ("--approved-sha256", json.loads(plan.read_text())["sha256"])

@@ -12,6 +12,7 @@ from conftest import REPO, TESTS
 from runbook_runner.format import schema
 from runbook_runner.format.parameters import ParameterError, resolve_parameters
 from runbook_runner.runbook import RunbookInvalid, load, loads
+from runbook_runner.status import OnFailure
 
 BROKEN = sorted((TESTS / "broken-runbooks").glob("*.yaml"))
 SHIPPED = sorted((REPO / "runbooks").glob("*.yaml"))
@@ -49,6 +50,8 @@ def test_the_broken_corpus_covers_each_kind_of_error():
         "differs from the file name",
         "in expression",
         "is not allowed",  # a YAML tag that would construct Python objects
+        "an owner-blind signal",  # pkill -f PATTERN: no observed item, no owner to check
+        "whose reach the runner can tell",  # a destructive wrapper script
     ]:
         assert kind in messages, kind
 
@@ -96,7 +99,7 @@ observations: {memory: {command: free -b, parser: free}}
 checks: {ok: {description: d, expect: memory.free_bytes > 0}}
 goal: [ok]
 steps:
-  - {id: stop, title: stop, run: pkill x, destructive: true, affects: process, fixes: goal}
+  - {id: stop, title: stop, run: rm -f /tmp/x, destructive: true, affects: files, fixes: goal}
   - {id: reset, title: reset, run: nvidia-smi -r, destructive: true, affects: gpu, skip_if: goal, fixes: [ok]}
   - {id: look, title: look, run: "true"}
 """
@@ -176,15 +179,12 @@ def test_a_ladder_loads_as_flat_steps_with_a_ladders_defaults():
     runbook = loads(LADDERS.encode(), "x.yaml", stem="x")
     look, reset, last = runbook.steps
     assert [s.id for s in runbook.steps] == ["look", "reset", "last"]
-    assert (look.ladder, look.on_failure, look.root) == ("", "stop", False)
-    assert (reset.ladder, reset.on_failure, reset.root, reset.destructive) == (
-        "gpu",
-        "continue",
-        True,
-        True,
-    )
+    assert (look.ladder, look.on_failure, look.root) == ("", OnFailure.STOP, False)
+    assert (reset.ladder, reset.root, reset.destructive) == ("gpu", True, True)
+    assert look.on_failure is OnFailure.STOP
+    assert reset.on_failure is OnFailure.CONTINUE
     assert (reset.for_each_failing, reset.fixes, reset.skip_if) == ("held", ("held",), ("held",))
-    assert (last.on_failure, last.fixes) == ("stop", ("held",))
+    assert (last.on_failure, last.fixes) == (OnFailure.STOP, ("held",))
     assert reset.run is not None
     assert reset.run.source == "nvidia-smi --gpu-reset -i {{ item.index }}"
 

@@ -13,26 +13,15 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+from runbook_runner.safetext import visible
 
 if TYPE_CHECKING:
     from runbook_runner.cli.request import Target
     from runbook_runner.transport import SshTransport
-
-
-def import_transport() -> None:
-    """Import paramiko without invoke, which it loads only for "Match exec" in ssh_config
-    (with unittest.mock and asyncio: a tenth of the start-up); ssh/target.py loads it on demand."""
-    if "paramiko" in sys.modules or "invoke" in sys.modules:
-        return
-    sys.modules["invoke"] = None  # type: ignore[assignment]  # "import invoke" fails: paramiko copes
-    try:
-        import runbook_runner.transport  # noqa: F401
-    finally:
-        if sys.modules.get("invoke", 0) is None:
-            del sys.modules["invoke"]
 
 
 def _prompt_passphrase(prompt: str) -> str | None:
@@ -112,18 +101,13 @@ def connect(to: Destination, say: Callable[[str], None]) -> SshTransport:
         jump=to.jump,
     )
     if to.plan_pin is not None:
-        from dataclasses import replace
-
         target = replace(target, plan_pin=to.plan_pin)
-    import_transport()  # waits for the main thread's import of it, if that is under way
-    from runbook_runner.transport import SshTransport
+    from runbook_runner.transport import SshTransport  # the main thread may be importing it
 
     def recorded(host: str, key: Any) -> None:
         say(key_recorded(host, key, target.known_hosts))
 
     def notice(text: str) -> None:
-        from runbook_runner.safetext import visible
-
         print(f"runbook: {visible(text, lines=False)}", file=sys.stderr, flush=True)
 
     transport = SshTransport(target, _prompt_passphrase, recorded, notice)
@@ -149,43 +133,12 @@ def key_recorded(host: str, key: Any, known_hosts: Path) -> str:
     return f"recorded the host key of {host} ({key.get_name()} {fingerprint(key)}) in {known_hosts}"
 
 
-class _QuickSwitch:
-    """The interpreter's switch interval, lowered while any handshake runs. It is one
-    setting for the whole process, so handshakes running at once (a fleet, ``runbook
-    compare``) share it: the first one in lowers it, the last one out puts it back."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._saved = 0.0
-
-    def enter(self) -> None:
-        with self._lock:
-            if self._running == 0:
-                self._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._saved, 0.0005))
-            self._running += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._running -= 1
-            if self._running == 0:
-                sys.setswitchinterval(self._saved)
-
-
-_QUICK_SWITCH = _QuickSwitch()
-
-
 class Connecting:
     """The SSH connection, opened in a thread. :meth:`result` hands it over (and prints
     what connecting had to say, on the caller's thread), or raises what connecting raised;
     :meth:`abandon` closes it when the run never starts."""
 
     def __init__(self, to: Destination) -> None:
-        # While this thread imports and loads, paramiko's threads need the GIL for every
-        # handshake message; by default they wait up to 5 ms for it each time.
-        _QUICK_SWITCH.enter()
-        self._quick = True
         self._transport: SshTransport | None = None
         self._error: BaseException | None = None
         self._abandoned = False
@@ -193,7 +146,7 @@ class Connecting:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._connect, args=(to,), daemon=True)
         self._thread.start()  # it starts with `ssh -G`, a process to wait for
-        import_transport()  # on this thread meanwhile: see the module doc
+        import runbook_runner.transport  # noqa: F401  # on this thread meanwhile: see the module doc
 
     def _connect(self, to: Destination) -> None:
         try:
@@ -209,7 +162,6 @@ class Connecting:
 
     def result(self, say: Callable[[str], None]) -> SshTransport:
         self._thread.join()
-        self._switch_back()
         for line in self._said:
             say(line)
         self._said.clear()
@@ -219,17 +171,11 @@ class Connecting:
         return self._transport
 
     def abandon(self) -> None:
-        self._switch_back()
         with self._lock:
             self._abandoned = True
             if self._transport is not None:
                 self._transport.close()
                 self._transport = None
-
-    def _switch_back(self) -> None:
-        if self._quick:
-            self._quick = False
-            _QUICK_SWITCH.leave()
 
 
 def started(args: argparse.Namespace) -> Connecting:

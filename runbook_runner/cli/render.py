@@ -13,7 +13,7 @@ from runbook_runner.observe.state import Memory, Unavailable
 from runbook_runner.plan.ownership import Disposition
 from runbook_runner.runbook import Runbook, Step, seconds_text
 from runbook_runner.safetext import own_sgr, visible
-from runbook_runner.status import StepStatus
+from runbook_runner.status import OnFailure, StepStatus
 
 if TYPE_CHECKING:
     from runbook_runner.events import StepRecord, Verdict, Waiting
@@ -111,7 +111,7 @@ def _step_flags(step: Step, goal: tuple[str, ...]) -> str:
     if step.skip_if:
         flags.append(_skip_text(step, goal))
     flags.append(f"timeout {seconds_text(step.timeout)}")
-    if step.on_failure == "continue":
+    if step.on_failure is OnFailure.CONTINUE:
         flags.append("on failure: continue")
     return "; ".join(flags)
 

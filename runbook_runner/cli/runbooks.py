@@ -72,10 +72,6 @@ def _validation_targets(args: argparse.Namespace) -> list[Path]:
     return targets
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from runbook_runner.cli import render
     from runbook_runner.runbook import RunbookInvalid, load

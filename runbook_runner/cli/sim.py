@@ -143,12 +143,14 @@ class _StopOnSignal:
 
 
 def _announce(out: Any, fleet: Any, files: dict[str, Path], described: str, folder: Path) -> None:
+    from runbook_runner.cli.render import plural  # cli/parser.py imports this module
+
     key, known, config = files["key"], files["known_hosts"], files["ssh_config"]
     count = len(fleet.hosts)
     width = max(4, len(str(count)))
     names = [f"sim{index:0{width}d}" for index in range(1, count + 1)]
     out.line(
-        out.style(f"{count} simulated 8-GPU host{'s' if count > 1 else ''}", "bold")
+        out.style(plural(count, "simulated 8-GPU host"), "bold")
         + f" on 127.0.0.1 ({described}). Nothing on this machine is touched."
     )
     for name, host in zip(names, fleet.hosts, strict=True):

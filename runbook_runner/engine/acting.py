@@ -110,7 +110,7 @@ class Acting(Waits):
             if result.exit_status not in step.ok_exit:
                 return record(
                     StepStatus.FAILED,
-                    _failure_message(result, step),
+                    _failure_message(result),
                     exit_status=result.exit_status,
                     commands=commands,
                     results=tuple(results),
@@ -156,7 +156,7 @@ class Acting(Waits):
         return self.transport.run(command, self.seconds(step.timeout), as_root=step.root)
 
 
-def _failure_message(result: CommandResult, step: Step) -> str:
+def _failure_message(result: CommandResult) -> str:
     tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
     message = f"exit status {result.exit_status}"
     if any("a password is required" in line or "sudo:" in line for line in tail):

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import gc
+import os
+import selectors
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -94,9 +97,6 @@ def fan_out_processes(
 
     Fork only where no other thread runs yet (the caller's progress and workers start here).
     """
-    import os
-    import selectors
-
     shares = [list(hosts[i::workers]) for i in range(workers)]
     shares = [share for share in shares if share]
     each = max(1, -(-forks // len(shares)))
@@ -107,8 +107,6 @@ def fan_out_processes(
         if pid == 0:  # the worker: never returns into the caller's code
             code = 0
             try:
-                import gc
-
                 gc.freeze()  # the collector then leaves the pages shared with the parent alone
                 os.close(read_end)
                 with os.fdopen(write_end, "w", encoding="utf-8") as out:

@@ -16,8 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.fleet.rollout import Mode
+from runbook_runner.format.yamlsource import DocumentError, load_data
 
 ALIASES = {
     "ansible_host": "host",
@@ -254,10 +257,6 @@ def _expand(pattern: str, where: str) -> list[str]:
 
 
 def parse_yaml(text: str, source: str, max_hosts: int = MAX_HOSTS) -> Inventory:
-    import yaml
-
-    from runbook_runner.format.yamlsource import DocumentError, load_data
-
     try:
         # The runbook loader's bounds (depth, values, digits, duplicate keys, NUL).
         document = load_data(text, source)

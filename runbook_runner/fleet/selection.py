@@ -1,17 +1,26 @@
 """Which hosts: node sets (ClusterShell), groups, an inventory, and an Ansible-like --limit.
 
 Pure apart from ClusterShell's own group configuration (read when ``@group`` is used
-without an inventory). Node sets are parsed and folded by the ClusterShell library,
-imported here only: a single-host command never loads it.
+without an inventory). Node sets are parsed and folded by the ClusterShell library.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import regex
+from ClusterShell.NodeSet import STD_GROUP_RESOLVER, NodeSet, NodeSetException
+from ClusterShell.NodeUtils import (
+    GroupResolver,
+    GroupResolverError,
+    GroupSource,
+    GroupSourceError,
+)
 
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.fleet.inventory import HostVars, Inventory
@@ -45,11 +54,7 @@ _GROUP = re.compile(r"@([\w.:-]+)")
 
 
 def _resolver(inventory: Inventory | None) -> Any:
-    from ClusterShell.NodeUtils import GroupResolver, GroupSource
-
     if inventory is None:
-        from ClusterShell.NodeSet import STD_GROUP_RESOLVER
-
         return STD_GROUP_RESOLVER
     groups = {name: fold(sorted(hosts)) for name, hosts in inventory.groups.items() if hosts}
     return GroupResolver(GroupSource("inventory", groups))
@@ -115,9 +120,6 @@ def expand(
     """``user@gpu[1-4]`` -> ("user", [gpu1, ..., gpu4]); ``@group`` from the inventory or
     ClusterShell's groups configuration. Node-set operators (``!``, ``&``, ``^``) work.
     A node set naming more than ``max_hosts`` is refused before it is expanded."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
-    from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
-
     failures = (NodeSetException, GroupResolverError, GroupSourceError)
     text = spec.strip()
     user = None
@@ -159,8 +161,6 @@ def fold(names: Iterable[str]) -> str:
     if quick is not None:  # what ClusterShell says, in a tenth of a second for 100,000 names
         return quick
     try:
-        from ClusterShell.NodeSet import NodeSet, NodeSetException
-
         return str(NodeSet.fromlist(listed))
     except (NodeSetException, ValueError, TypeError):
         return ",".join(listed)
@@ -226,10 +226,6 @@ def _term_hosts(term: str, universe: Sequence[str], inventory: Inventory | None)
 def _regex_hosts(term: str, universe: Sequence[str]) -> set[str]:
     """``~regex``: searched in each name with a timeout, as the runbook's own matches() is
     (Python's ``re`` cannot be stopped: ``(a|aa)+$`` on a long name backtracks for minutes)."""
-    import time
-
-    import regex
-
     try:
         pattern = regex.compile(term[1:])
     except (regex.error, re.error) as error:
@@ -328,8 +324,6 @@ def select(
 def _ordered(names: list[str]) -> list[str]:
     """Node-set order (gpu2 before gpu10) when the names fold; else as given."""
     try:
-        from ClusterShell.NodeSet import NodeSet, NodeSetException
-
         ordered = list(NodeSet.fromlist(names))
     except (NodeSetException, ValueError, TypeError):
         return names

@@ -1,47 +1,25 @@
-"""Warnings for destructive steps whose command reaches wider than the 'affects' they declare."""
+"""Warnings for destructive steps whose action reaches wider than the 'affects' they declare
+(the action is read from the command once, at load: format/actions.py)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from typing import Any
 
+from runbook_runner.format.actions import REACH, Action
 from runbook_runner.format.ladders import step_specs
 from runbook_runner.format.names import mapping
 from runbook_runner.format.yamlsource import Problem, Source
 
-# Commands whose reach is wider than a process: (pattern, the least 'affects' they need, why).
-_WIDE_COMMANDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (
-        re.compile(r"/dev/nvidia(\*|ctl|-uvm)"),
-        "node",
-        "/dev/nvidiactl and /dev/nvidia-uvm are held by every CUDA process of the node",
-    ),
-    (
-        re.compile(r"\b(rmmod|modprobe|reboot|shutdown)\b"),
-        "node",
-        "a driver reload or a reboot reaches every GPU",
-    ),
-    (re.compile(r"--gpu-reset(?!.*-i)"), "node", "a reset without -i resets every GPU"),
-    (re.compile(r"\b(killall|pkill)\b"), "process", ""),
-    (re.compile(r"\brm\b"), "files", "it removes files"),
-    (re.compile(r"\bsystemctl\s+(stop|restart|kill)\b"), "service", "it stops a service"),
-    (re.compile(r"--gpu-reset"), "gpu", "it resets a GPU"),
-)
-_RADIUS = ("none", "process", "files", "service", "gpu", "node")
 
-
-def blast_radius_warnings(source: Source) -> list[Problem]:
-    """Destructive steps whose command looks wider than the 'affects' they declare."""
+def blast_radius_warnings(source: Source, actions: Sequence[Action]) -> list[Problem]:
+    """Destructive steps whose action (``actions``: each step's, in the file's order) reaches
+    wider than the 'affects' they declare."""
     found = []
-    for entry in step_specs(source.data):
+    for entry, action in zip(step_specs(source.data), actions, strict=True):
         spec, path = entry.spec, entry.path
-        run = spec.get("run")
-        if isinstance(run, list):
-            run = " ".join(str(word) for word in run)
-        if not isinstance(run, str):
-            continue
         declared = spec.get("affects")
-        if spec.get("destructive") is not True or declared not in _RADIUS:
+        if spec.get("destructive") is not True or declared not in REACH:
             continue
         if declared != "node" and _acts_on_node_wide_holders(source.data, spec):
             found.append(
@@ -54,18 +32,16 @@ def blast_radius_warnings(source: Source) -> list[Problem]:
                     "\"where: not node_wide\", or declare 'affects: node'",
                 )
             )
-            continue
-        for pattern, needs, why in _WIDE_COMMANDS:
-            if pattern.search(run) and _RADIUS.index(needs) > _RADIUS.index(declared):
-                found.append(
-                    Problem(
-                        source.mark_of((*path, "run")),
-                        (*path, "run"),
-                        f"warning: the command reaches wider than 'affects: {declared}' "
-                        f"({why}): declare 'affects: {needs}' or narrow the command",
-                    )
+        elif REACH.index(action.needs) > REACH.index(declared):
+            found.append(
+                Problem(
+                    source.mark_of((*path, "run")),
+                    (*path, "run"),
+                    f"warning: the command reaches wider than 'affects: {declared}' "
+                    f"({action.why or action.kind}): declare 'affects: {action.needs}' or "
+                    "narrow the command",
                 )
-                break
+            )
     return found
 
 

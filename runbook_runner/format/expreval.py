@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import regex
+
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.format.exprsyntax import (
     AGGREGATES,
@@ -225,8 +227,6 @@ def search(pattern: str, text: str) -> bool:
     minutes. The ``regex`` module takes the same syntax and a timeout, so a runbook's
     pattern (or one given with --set) costs a bounded time on any host output.
     """
-    import regex  # loaded when a pattern is used: most runs never need it
-
     try:
         return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
     except TimeoutError:
@@ -240,8 +240,6 @@ def search(pattern: str, text: str) -> bool:
 
 def pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` is no regular expression, or None (for load-time checks)."""
-    import regex
-
     try:
         regex.compile(pattern)
     except (regex.error, re.error) as error:

@@ -13,9 +13,11 @@ parameters, lets, goal, steps, templates and subject) and runs them all.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from runbook_runner.format import expr
+from runbook_runner.format.actions import Action, ActionKind
 from runbook_runner.format.blastradius import blast_radius_warnings
 from runbook_runner.format.checkmeaning import CheckMeaning
 from runbook_runner.format.expreval import is_number
@@ -31,13 +33,19 @@ __all__ = ["blast_radius_warnings", "check_meaning", "value_problem"]
 
 
 def check_meaning(
-    source: Source, stem: str | None, *, string_placeholders: bool = False
+    source: Source,
+    stem: str | None,
+    actions: Sequence[Action],
+    *,
+    string_placeholders: bool = False,
 ) -> list[Problem]:
-    """Every problem of meaning. ``string_placeholders`` lets a command string hold
-    placeholders, as runbooks written before the list form did: only for ``runbook
-    compare``, which runs an old runbook on the simulated hosts, never on a real one."""
+    """Every problem of meaning (``actions``: each step's, in order: format/actions.py).
+    ``string_placeholders`` lets a command string hold placeholders, as runbooks written
+    before the list form did: only for ``runbook compare``, which runs an old runbook on
+    the simulated hosts, never on a real one."""
     semantics = _Semantics(source, stem)
     semantics.string_placeholders = string_placeholders
+    semantics.actions = actions
     return semantics.run()
 
 
@@ -45,6 +53,7 @@ class _Semantics(CheckMeaning):
     """The whole document's meaning: :meth:`run` checks every part in turn."""
 
     string_placeholders = False
+    actions: Sequence[Action] = ()
 
     def run(self) -> list[Problem]:
         name = self.data.get("name")
@@ -144,8 +153,23 @@ class _Semantics(CheckMeaning):
 
     def steps(self) -> None:
         seen: dict[str, str] = {}
-        for entry in self.step_specs:
+        for entry, action in zip(self.step_specs, self.actions, strict=True):
             spec, path, at = entry.spec, entry.path, entry.at
+            if spec.get("destructive") is True and action.kind is ActionKind.UNKNOWN:
+                self.error(
+                    (*path, "run"),
+                    "a destructive step's command must be one whose reach the runner can "
+                    "tell (kill, pkill, systemctl stop/start, nvidia-smi --gpu-reset or -pm, "
+                    "rm, modprobe, rmmod, reboot: see runbook-format.md); a wrapper is not",
+                )
+            owner_blind = action.owner_blind_without_items and "for_each_failing" not in spec
+            if spec.get("destructive") is True and owner_blind and not self.string_placeholders:
+                self.error(
+                    (*path, "run"),
+                    f"an owner-blind {action.kind}: a destructive step acts on observed items "
+                    "('for_each_failing: CHECK', e.g. [kill, -TERM, '{{ item.pid }}']), whose "
+                    "owner can be checked, never on a name or a pattern",
+                )
             for key in entry.twice:
                 self.error(
                     (*path, key), f"'{key}' is given twice: in 'runs' and beside it; say it once"

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -26,10 +25,6 @@ from runbook_runner.status import ConfirmAnswer, RunOutcome
 
 if TYPE_CHECKING:
     from runbook_runner.journal.lines import Line
-
-# Tests only: the runner SIGKILLs itself right after writing this many events (a crash at a
-# chosen point of a run, to prove that a resume neither redoes nor skips anything).
-KILL_AFTER_ENV = "RUNBOOK_RUNNER_TEST_KILL_AFTER_EVENTS"
 
 
 class JournalError(RunbookRunnerError):
@@ -86,9 +81,6 @@ class Journal:
             raise JournalWriteError(
                 f"cannot open the run journal {path}: {error.strerror or error}"
             ) from None
-        self._written = 0
-        kill_after = os.environ.get(KILL_AFTER_ENV, "")
-        self._kill_after = int(kill_after) if kill_after.isdigit() else None
 
     def drop_cut_short_tail(self) -> str | None:
         """Before appending to a journal whose runner died mid-line: remove that partial
@@ -117,9 +109,6 @@ class Journal:
             raise JournalWriteError(
                 f"cannot write the run journal {self.path} ({event}): {error.strerror or error}"
             ) from None
-        self._written += 1
-        if self._written == self._kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         try:

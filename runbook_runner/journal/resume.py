@@ -22,7 +22,14 @@ from typing import Any
 
 from runbook_runner.errors import RunbookRunnerError
 from runbook_runner.runbook import Runbook
-from runbook_runner.status import RESUMABLE, STOPPING, ConfirmAnswer, RunOutcome, StepStatus
+from runbook_runner.status import (
+    RESUMABLE,
+    STOPPING,
+    ConfirmAnswer,
+    OnFailure,
+    RunOutcome,
+    StepStatus,
+)
 
 
 class NotResumable(RunbookRunnerError):
@@ -90,7 +97,7 @@ def plan(events: Sequence[Mapping[str, Any]], runbook: Runbook, run_name: str) -
             changed[step_id] = changed.get(step_id, ()) + _items(event.get("acted"))
             step = steps.get(step_id)
             stops = status == StepStatus.DECLINED or (
-                status in STOPPING and step is not None and step.on_failure == "stop"
+                status in STOPPING and step is not None and step.on_failure is OnFailure.STOP
             )
             if stops:
                 raise NotResumable(

@@ -12,6 +12,7 @@ from typing import Any
 
 from runbook_runner import exitcodes
 from runbook_runner.runbook import Expression, Runbook, Seconds, Step
+from runbook_runner.status import OnFailure
 
 # A word holding a backslash, outside a code span: Markdown would eat the backslash
 # (vllm\.entrypoints -> vllm.entrypoints), so it goes into a code span, where it stays.
@@ -152,7 +153,7 @@ def _step(number: int, step: Step, runbook: Runbook) -> str:
     )
     facts.append(
         "If it fails: "
-        + ("the next step is tried." if step.on_failure == "continue" else "the run stops.")
+        + ("the next step is tried." if step.on_failure is OnFailure.CONTINUE else "the run stops.")
     )
     lines += [f"- {fact}" for fact in facts]
     return "\n".join(lines)

@@ -9,7 +9,6 @@ desired and the observed state.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from runbook_runner.expect import (
     evaluate_when,
     outcome,
 )
+from runbook_runner.format.actions import ActionKind
 from runbook_runner.observe.state import Unavailable
 from runbook_runner.plan import fabric, permission
 from runbook_runner.runbook import Runbook, Step, Subject
@@ -44,19 +44,6 @@ class Decision:
     left_alone: tuple[str, ...] = ()  # what ownership kept it from, with why
     # The same, as records (what, whose, why, the command to look at it): for a run's verdict.
     held_back: tuple[permission.LeftAlone, ...] = ()
-
-
-# A step whose command stops a service (the GPU services' stop is a node-wide rung).
-_STOPS = re.compile(r"\bsystemctl\s+(stop|restart|kill)\b")
-# A step whose command resets GPUs (what the reset reaches may be more than its GPU), or
-# takes a GPU out of persistence mode, which only serves the reset that follows it: where
-# that reset is held back, so is this.
-_RESETS = re.compile(
-    r"--gpu-reset\b|\bnvidia-smi\b.*\s(-r|-pm\s+0|--persistence-mode[=\s]+0)(\s|$)"
-)
-# The reset itself (not the persistence mode that serves it): where a reset is fabric-wide,
-# its GPUs are named in one command (plan/fabric.py, together).
-_RESETS_ITSELF = re.compile(r"--gpu-reset\b|\bnvidia-smi\b.*\s-r(\s|$)")
 
 
 # What nvidia-smi says runs in each MIG instance (nvidia-smi -q -d PIDS): a node-wide rung
@@ -176,7 +163,7 @@ def _owned(
         list(items) or [None],
         owners,
         allow_node_wide=allow_node_wide,
-        stops=step.run is not None and _STOPS.search(step.run.source) is not None,
+        stops=step.action.kind is ActionKind.UNIT_STOP,  # the GPU services' stop: node-wide
         reach=_reach(runbook, state) if _resets(step) else None,
     )
     if allowed.blocked:
@@ -194,7 +181,8 @@ def _owned(
             held_back=allowed.held_back,
         )
     items = tuple(item for item in allowed.allowed if item is not None)
-    if _resets(step) and step.run is not None and _RESETS_ITSELF.search(step.run.source):
+    if _resets(step) and step.action.kind is ActionKind.GPU_RESET:
+        # Where a reset is fabric-wide, its GPUs are named in one command (plan/fabric.py).
         items = fabric.together(items, _fabric(runbook, state))
     return Decision(
         Verdict.RUN, items=items, left_alone=allowed.left_alone, held_back=allowed.held_back
@@ -215,7 +203,13 @@ def _instance_users(runbook: Runbook, state: Mapping[str, Any]) -> tuple[Any, ..
 
 
 def _resets(step: Step) -> bool:
-    return step.affects == "gpu" and step.run is not None and bool(_RESETS.search(step.run.source))
+    """A step that resets GPUs (what the reset reaches may be more than its GPU), or takes
+    a GPU out of persistence mode, which only serves the reset that follows it: where that
+    reset is held back, so is this."""
+    return step.affects == "gpu" and step.action.kind in _RESETTING
+
+
+_RESETTING = frozenset({ActionKind.GPU_RESET, ActionKind.PERSISTENCE_OFF})
 
 
 def _reach(runbook: Runbook, state: Mapping[str, Any]) -> Callable[[int], fabric.Reach] | None:

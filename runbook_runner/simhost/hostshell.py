@@ -138,41 +138,8 @@ def _shell() -> str:
     return shutil.which("bash", path=PATH_TAIL) or "/bin/sh"
 
 
-def _compiled_client() -> Path | None:
-    """standin_client.c built once per version (a cache folder of the user's), or None
-    without a C compiler: then each stand-in call starts Python (tens of milliseconds)."""
-    source = CLIENT.with_suffix(".c")
-    compiler = shutil.which("cc", path=PATH_TAIL) or shutil.which("gcc", path=PATH_TAIL)
-    if compiler is None or not source.is_file():
-        return None
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    cache = _cache()
-    binary = cache / f"standin-{digest}"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as scratch:
-            built = Path(scratch) / "standin"
-            made = subprocess.run(
-                [compiler, "-O2", "-o", str(built), str(source)],
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-            if made.returncode != 0:
-                return None
-            built.replace(binary)  # atomic: another process may be building the same
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return binary
-
-
 def client_command(python: str = sys.executable) -> str:
-    """How a stand-in asks the server: the C client, else the Python one."""
-    binary = _compiled_client()
-    if binary is not None:
-        return shlex.quote(str(binary))
+    """How a stand-in asks the server."""
     return f"{shlex.quote(python)} -S -I -B {shlex.quote(str(CLIENT))}"
 
 
@@ -260,12 +227,10 @@ def prepare(folder: Path, host: SimHost, python: str = sys.executable) -> HostSh
 
 
 def _programs(python: str) -> list[Path]:
-    """What the stand-ins run, beyond the system's: the user's cache (the shared bin/ and
-    the compiled client), or the Python client with its interpreter."""
+    """What the stand-ins run, beyond the system's: the user's cache (the shared bin/), and
+    the Python client with its interpreter."""
     shown = [_cache()] if _cache().is_dir() else []
-    if _compiled_client() is None:
-        shown += [CLIENT.parent, Path(python).parent, Path(sys.base_prefix)]
-    return shown
+    return [*shown, CLIENT.parent, Path(python).parent, Path(sys.base_prefix)]
 
 
 def _shared_bin(scripts: dict[str, str]) -> Path | None:

@@ -137,7 +137,7 @@ class DrillHost:
             log.write(json.dumps({"t": self.clock.now(), "argv": argv}) + "\n")
 
     def _standin(self, sock: socket.socket) -> None:
-        """One stand-in call (protocol: standin_client.c)."""
+        """One stand-in call (protocol: standin_client.py)."""
         with sock:
             try:
                 data = b""

@@ -2,8 +2,10 @@
 
 It asks the host's stand-in server ($RBR_SIM_SOCKET) to run NAME over the simulated
 state, prints what it answers and exits with its status. Standard library only, and no
-import of the package (python3 -S -I). Where a C compiler is at hand its twin,
-standin_client.c, is used instead: the protocol is theirs (see that file).
+import of the package (python3 -S -I).
+
+Request: LC_ALL, then each argument, each ended by a NUL byte.
+Reply: ``STATUS STDOUT_LENGTH\n``, then stdout, then stderr.
 """
 
 import os

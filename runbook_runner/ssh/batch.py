@@ -34,7 +34,10 @@ from runbook_runner.format.template import quote
 
 UNSUPPORTED_STATUS = 97  # the script's exit status when the host lacks timeout or mktemp
 KILL_AFTER_S = 2  # after the TERM of a timeout, KILL this much later
-_PGID_MARK = "rbr-pgid:"
+PGID_MARK = "rbr-pgid:"
+# A script's first line: its process group on stderr (the login shell is a session leader,
+# sshd calls setsid, so its PID is the group to end if the command outlives its timeout).
+ANNOUNCE_PGID = f"printf '%s%s\\n' {PGID_MARK} $$ >&2"
 
 
 class BatchUnsupported(Exception):
@@ -87,7 +90,7 @@ def _seconds(value: float) -> str:
 def script(commands: list[BatchCommand], boundary: str, limit: int, is_root: bool) -> str:
     """The remote sh script that runs ``commands`` and frames what each did."""
     lines = [
-        f"printf '%s%s\\n' {_PGID_MARK} $$ >&2",
+        ANNOUNCE_PGID,
         f"timeout -k 1 5 true >/dev/null 2>&1 || exit {UNSUPPORTED_STATUS}",
         f"d=$(mktemp -d 2>/dev/null) || exit {UNSUPPORTED_STATUS}",
         "trap 'rm -rf \"$d\"' EXIT",
@@ -217,7 +220,7 @@ def unpack(text: str) -> Unpacked | None:
     For the simulated host, whose shell runs commands but not this script: it runs each
     command itself and answers with :func:`frame`, as a real shell would have.
     """
-    if not text.startswith(f"printf '%s%s\\n' {_PGID_MARK} "):
+    if not text.startswith(ANNOUNCE_PGID):
         return None
     commands: dict[int, str] = {}
     boundary, limit = "", 0

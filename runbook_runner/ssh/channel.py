@@ -15,18 +15,14 @@ from collections.abc import Callable
 import paramiko
 
 from runbook_runner.commandresult import TailBuffer
+from runbook_runner.ssh.batch import ANNOUNCE_PGID, PGID_MARK
 
-PGID_MARK = "rbr-pgid:"
 EXIT_GRACE_S = 0.5  # after the exit status, how long output may still come
 
 
 def announcing_pgid(command: str) -> str:
-    """``command``, after a first line on stderr naming its process group.
-
-    The login shell is a session leader (sshd calls setsid): its PID is the process group
-    to end if the command outlives its timeout.
-    """
-    return f"printf '%s%s\\n' {PGID_MARK} $$ >&2; {command}"
+    """``command``, after a first line on stderr naming its process group."""
+    return f"{ANNOUNCE_PGID}; {command}"
 
 
 def pgid_mark(head: bytes) -> tuple[str | None, int]:

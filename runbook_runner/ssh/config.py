@@ -15,7 +15,7 @@ and :mod:`tokens` expands ``%x``, ``~`` and ``${VAR}``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runbook_runner import localfile
@@ -177,8 +177,6 @@ def _resolve(
 
 
 def _replace(target: SshTarget, **changes: object) -> SshTarget:
-    from dataclasses import replace
-
     return replace(target, **changes)  # type: ignore[arg-type]
 
 

@@ -66,7 +66,7 @@ def verify_host_key(
     name = target.host_key_name
     blob = key.asbytes()
     offered = f"{key.get_name()} {blob_fingerprint(blob)}"
-    decision = knownhosts.check(entries, name, key.get_name(), blob, target.host_key_plain_name)
+    decision = knownhosts.check(entries, name, blob, target.host_key_plain_name)
     where = f"{decision.entry.file}:{decision.entry.line}" if decision.entry else ""
     if decision.verdict is knownhosts.Verdict.KNOWN:
         return

@@ -192,7 +192,7 @@ def for_host(entries: Sequence[Entry], name: str) -> tuple[Entry, ...]:
 
 
 def check(
-    entries: Sequence[Entry], name: str, key_type: str, blob: bytes, plain_name: str | None = None
+    entries: Sequence[Entry], name: str, blob: bytes, plain_name: str | None = None
 ) -> Decision:
     """OpenSSH's check_host_key for one plain (non-certificate) host key.
 
