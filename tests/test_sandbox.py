@@ -24,7 +24,8 @@ SECRET = "operator-secret-7f3a"
 RUNBOOK = """\
 name: reach-out
 title: A runbook under review that reaches outside the practice host
-summary: Its observation and its step write, read a secret and signal outside the host.
+summary: Its observation and its step write, read a secret and signal outside the host (the step
+  says it is read-only, as a stranger's runbook may).
 observations:
   probe:
     command: {probe}
@@ -45,8 +46,6 @@ steps:
   - id: reach-out
     title: Write, read and signal outside the host
     run: [sh, -c, {step}]
-    destructive: true
-    affects: process
     fixes: [stepped]
 """
 
