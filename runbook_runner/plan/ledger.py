@@ -115,10 +115,6 @@ class Ledger:
         assumed put right by the rungs that address them."""
         return Ledger(tuple(e for e in self.entries if e.stays))
 
-    @property
-    def others(self) -> tuple[Entry, ...]:
-        return tuple(e for e in self.entries if e.status is GpuStatus.ANOTHER_OWNER)
-
     def to_json(self) -> list[dict[str, Any]]:
         return [e.to_json() for e in self.entries]
 
